@@ -1,0 +1,24 @@
+# `make test` and `make demo` create (or refresh) .venv from constraints.txt themselves.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo clean
+
+$(STAMP): setup.py constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch first and pinned, so no other package can pull a different build of it
+	$(BIN)/pip install --quiet -c constraints.txt torch torchvision torchaudio
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+demo: $(STAMP)
+	$(BIN)/empatheia respond examples/conversation.json --preset tiny --out demo_output
+
+clean:
+	rm -rf $(VENV) demo_output .pytest_cache

@@ -1,0 +1,164 @@
+"""The language core (§4.2): a Hugging Face causal LM with LoRA, the ``<Aud>``/``<Vid>``
+input placeholders and the ``<AUDi>``/``<VIDi>`` output signal tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Union
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from .config import LanguageModelConfig
+
+AUDIO_PLACEHOLDER = "<Aud>"
+VIDEO_PLACEHOLDER = "<Vid>"
+
+
+def audio_signal_tokens(n: int) -> List[str]:
+    return [f"<AUD{i}>" for i in range(1, n + 1)]
+
+
+def video_signal_tokens(n: int) -> List[str]:
+    return [f"<VID{i}>" for i in range(1, n + 1)]
+
+
+@dataclass(frozen=True)
+class SpecialTokenIds:
+    audio_placeholder: int
+    video_placeholder: int
+    audio_signals: tuple
+    video_signals: tuple
+    pad: int
+    eos: int
+    bos: Optional[int]
+
+    @property
+    def signals(self) -> tuple:
+        return self.audio_signals + self.video_signals
+
+
+def build_tokenizer(config: LanguageModelConfig, path: Optional[Union[str, Path]] = None) -> PreTrainedTokenizerBase:
+    """Load the tokenizer (from ``path`` when given, e.g. a saved checkpoint) and make sure
+    every placeholder and signal token is one token."""
+    source = path or config.tokenizer or config.pretrained
+    if path is None and source == "builtin":
+        tokenizer = _builtin_tokenizer()
+    elif source is None:
+        raise ValueError("language_model.tokenizer or language_model.pretrained must name a tokenizer")
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(str(source))
+    added = [AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER]
+    added += audio_signal_tokens(config.num_signal_tokens) + video_signal_tokens(config.num_signal_tokens)
+    missing = [t for t in added if t not in tokenizer.get_vocab()]
+    if missing:
+        tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+    for token in added:
+        ids = tokenizer.encode(token, add_special_tokens=False)
+        if len(ids) != 1:
+            raise RuntimeError(f"tokenizer splits {token!r} into {len(ids)} tokens {ids}; it must be one token")
+    return tokenizer
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerBase, config: LanguageModelConfig) -> SpecialTokenIds:
+    to_id = tokenizer.convert_tokens_to_ids
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no end-of-sequence token")
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.unk_token_id if tokenizer.unk_token_id is not None else eos
+    return SpecialTokenIds(
+        audio_placeholder=to_id(AUDIO_PLACEHOLDER),
+        video_placeholder=to_id(VIDEO_PLACEHOLDER),
+        audio_signals=tuple(to_id(audio_signal_tokens(config.num_signal_tokens))),
+        video_signals=tuple(to_id(video_signal_tokens(config.num_signal_tokens))),
+        pad=pad,
+        eos=eos,
+        bos=tokenizer.bos_token_id,
+    )
+
+
+def build_language_model(
+    config: LanguageModelConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    ids: SpecialTokenIds,
+    dtype: Optional[torch.dtype] = None,
+) -> PeftModel:
+    """The causal LM with room for the new tokens and a LoRA adapter whose trainable parts
+    are the LoRA matrices and the signal tokens' embedding and LM-head rows."""
+    if config.pretrained:
+        model = AutoModelForCausalLM.from_pretrained(config.pretrained, dtype=dtype)
+    else:
+        architecture = {"vocab_size": len(tokenizer), **config.architecture}
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(config.model_type, **architecture))
+        if dtype is not None:
+            model.to(dtype)
+    if model.config.hidden_size != config.hidden_size:
+        raise ValueError(
+            f"language_model.hidden_size is {config.hidden_size} but the model has {model.config.hidden_size}"
+        )
+    # A GGUF checkpoint leaves a quantizer behind even though the weights are dequantised;
+    # peft and save_pretrained refuse such a model.
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+        model.config.quantization_config = None
+        model.is_quantized = False
+    if model.get_input_embeddings().num_embeddings < len(tokenizer):
+        model.resize_token_embeddings(len(tokenizer))
+
+    names = {module: name for name, module in model.named_modules()}
+    embed_name = names[model.get_input_embeddings()].split(".")[-1]
+    signal_rows = list(ids.signals)
+    trainable_rows = {embed_name: signal_rows}
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    if not tied:
+        trainable_rows[names[model.get_output_embeddings()].split(".")[-1]] = signal_rows
+    lora = LoraConfig(
+        r=config.lora.r,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=list(config.lora.target_modules),
+        trainable_token_indices=trainable_rows,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+# Text the builtin tokenizer learns its merges from: the prompt scaffolding and everyday
+# conversational English, so tiny-preset sequences stay a few hundred tokens long.
+_BUILTIN_CORPUS = """
+speaker listener assistant user dialogue context response empathetic emotion emotions
+firstly secondly thirdly fourthly finally the event scenario of this conversation is
+the emotion of the speaker is the emotion cause is the goal to response is the response is
+provide a multimodal empathetic response based on the given dialogue context below
+think step by step before you answer what happened how the user feels why and what your reply should do
+i feel really so very sad happy angry afraid scared surprised disgusted proud lonely anxious
+that sounds hard i am sorry to hear that it must be tough for you what happened
+my dog friend family job work school today yesterday week home car money trip
+you are not alone i understand how you feel that is great news congratulations
+"""
+
+
+def _builtin_tokenizer() -> PreTrainedTokenizerBase:
+    """A byte-level BPE tokenizer trained on a fixed corpus, deterministic and offline."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<s>", "</s>", "<pad>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=512,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = _BUILTIN_CORPUS.split("\n")
+    tok.train_from_iterator(corpus * 4 + [line.capitalize() for line in corpus], trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )

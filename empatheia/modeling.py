@@ -1,0 +1,510 @@
+"""The Empatheia model: encoders, projectors, LoRA language core, Content Synchronizer and
+Style Disentangler in one ``nn.Module`` (§4), with the four training stages' losses (§5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from peft import get_peft_model_state_dict, set_peft_model_state_dict
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from .config import EmpatheiaConfig
+from .dialogue import Dialogue
+from .encoders import SpeechEncoder, VideoEncoder
+from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
+from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER, build_language_model, build_tokenizer, special_token_ids
+from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target
+from .projector import Projector
+from .prompts import PromptMode, parse_chain
+from .response import EmpatheticResponse, LabelPrediction
+
+CONFIG_NAME = "config.yaml"
+WEIGHTS_NAME = "empatheia.safetensors"
+TOKENIZER_DIR = "tokenizer"
+
+# Parameter groups each stage trains (§5): everything else is frozen.
+STAGE_GROUPS = {
+    1: ("lora", "signal_rows", "projectors"),
+    2: ("content_synchronizer",),
+    3: ("style_disentangler",),
+    4: ("lora", "signal_rows", "content_synchronizer", "style_disentangler"),
+}
+_TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
+
+
+class Empatheia(nn.Module):
+    """Multimodal empathetic response generation (Empatheia, WWW 2025).
+
+    Build from a preset or a config, train stage by stage with ``model(batch, stage=k)``,
+    answer with :meth:`respond`, and save only what was trained with
+    :meth:`save_pretrained`::
+
+        model = Empatheia.from_preset("tiny")
+        response = model.respond(Dialogue([Turn("speaker", "I lost my job today.")]))
+        response.chain.speaker_emotion, response.emotion.probabilities
+
+    Args:
+        config: the model's configuration.
+        tokenizer_path: load the tokenizer from here (a saved model's ``tokenizer/``)
+            instead of the name in the config.
+        dtype: dtype of the language model's weights (e.g. ``torch.bfloat16`` for 7B).
+    """
+
+    def __init__(
+        self,
+        config: EmpatheiaConfig,
+        tokenizer_path: Optional[Union[str, Path]] = None,
+        dtype: Optional[torch.dtype] = None,
+    ):
+        super().__init__()
+        self.config = config
+        lm_config = config.language_model
+        # Random weights come from the config's seed without touching the caller's RNG,
+        # so the same config always rebuilds the same base model.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            self.tokenizer = build_tokenizer(lm_config, tokenizer_path)
+            self.token_ids = special_token_ids(self.tokenizer, lm_config)
+            self.speech_encoder = SpeechEncoder(config.speech_encoder)
+            self.video_encoder = VideoEncoder(config.video_encoder)
+            self.language_model = build_language_model(lm_config, self.tokenizer, self.token_ids, dtype)
+            width = lm_config.hidden_size
+            self.speech_projector = Projector(self.speech_encoder.hidden_size, width, config.projector.num_layers)
+            self.video_projector = Projector(self.video_encoder.hidden_size, width, config.projector.num_layers)
+            self.content_synchronizer = ContentSynchronizer(config.content_synchronizer, width)
+            self.style_disentangler = StyleDisentangler(config.style_disentangler, width)
+        self.processor = EmpatheiaProcessor(config, self.tokenizer, self.token_ids)
+        self.register_buffer("_audio_signal_ids", torch.tensor(self.token_ids.audio_signals), persistent=False)
+        self.register_buffer("_video_signal_ids", torch.tensor(self.token_ids.video_signals), persistent=False)
+        self.stage: Optional[int] = None
+
+    # ================================================================== building
+    @classmethod
+    def from_preset(
+        cls, name: str, overrides: Optional[Dict[str, object]] = None, dtype: Optional[torch.dtype] = None
+    ) -> "Empatheia":
+        """Build a preset (``"tiny"``, ``"paper"``); ``overrides`` maps dotted config keys
+        to values, e.g. ``{"language_model.pretrained": "/models/vicuna-7b-v1.5"}``."""
+        return cls(EmpatheiaConfig.from_preset(name, overrides), dtype=dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self.style_disentangler.queries.device
+
+    def _hf_model(self):
+        return self.language_model.get_base_model()
+
+    # ================================================================== stages
+    def parameter_groups(self) -> Dict[str, List[Tuple[str, nn.Parameter]]]:
+        """Every parameter by the group that decides when it trains: ``lora``,
+        ``signal_rows`` (the signal tokens' embedding and LM-head rows), ``projectors``,
+        ``content_synchronizer``, ``style_disentangler`` (with its classifiers) and
+        ``frozen`` (encoders and the base language model)."""
+        groups: Dict[str, List[Tuple[str, nn.Parameter]]] = {
+            key: [] for key in ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler", "frozen")
+        }
+        for name, param in self.named_parameters():
+            if name.startswith("language_model."):
+                if "lora_" in name:
+                    key = "lora"
+                elif "trainable_tokens_" in name:
+                    key = "signal_rows"
+                else:
+                    key = "frozen"
+            elif name.startswith(("speech_projector.", "video_projector.")):
+                key = "projectors"
+            elif name.startswith("content_synchronizer."):
+                key = "content_synchronizer"
+            elif name.startswith("style_disentangler."):
+                key = "style_disentangler"
+            else:
+                key = "frozen"
+            groups[key].append((name, param))
+        return groups
+
+    def set_stage(self, stage: int) -> "Empatheia":
+        """Make exactly the parameters of ``stage`` trainable (§5): 1 LoRA, signal-token
+        rows and projectors; 2 the Content Synchronizer; 3 the Style Disentangler and its
+        classifiers; 4 LoRA, signal-token rows and both heads."""
+        if stage not in STAGE_GROUPS:
+            raise ValueError(f"stage must be 1, 2, 3 or 4, got {stage!r}")
+        trainable = STAGE_GROUPS[stage]
+        for key, params in self.parameter_groups().items():
+            for _, param in params:
+                param.requires_grad_(key in trainable)
+        self.stage = stage
+        return self
+
+    def gradient_checkpointing_enable(self, **kwargs) -> None:
+        """Recompute the language model's activations in backward to save memory."""
+        self._hf_model().gradient_checkpointing_enable(**kwargs)
+        self._hf_model().enable_input_require_grads()
+
+    # ================================================================== inputs
+    def encode_media(self, batch: Dict[str, torch.Tensor]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Projected media features ``(N_a, n_a, H)`` and ``(N_v, n_v, H)`` (or ``None``),
+        from raw ``audio``/``video`` or from cached ``audio_features``/``video_features``
+        (encoder outputs ``(N, n, D_enc)``)."""
+        audio = batch.get("audio_features")
+        if audio is None and "audio" in batch:
+            audio = self.speech_encoder(batch["audio"], batch["audio_lengths"])
+        video = batch.get("video_features")
+        if video is None and "video" in batch:
+            video = self.video_encoder(batch["video"])
+        proj_dtype = self.speech_projector[0].weight.dtype
+        audio = self.speech_projector(audio.to(proj_dtype)) if audio is not None else None
+        video = self.video_projector(video.to(proj_dtype)) if video is not None else None
+        return audio, video
+
+    def embed_inputs(
+        self, input_ids: torch.Tensor, audio: Optional[torch.Tensor] = None, video: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
+        """Token embeddings ``(B, L, H)`` with the ``<Aud>``/``<Vid>`` placeholder rows
+        replaced, in order, by the projected media features."""
+        embeddings = self.language_model.get_input_embeddings()(input_ids)
+        for token, placeholder, features, tokens_per_clip in (
+            (AUDIO_PLACEHOLDER, self.token_ids.audio_placeholder, audio, self.config.speech_encoder.num_tokens),
+            (VIDEO_PLACEHOLDER, self.token_ids.video_placeholder, video, self.config.video_encoder.num_tokens),
+        ):
+            mask = input_ids == placeholder
+            clips = 0 if features is None else features.shape[0]
+            if int(mask.sum()) != clips * tokens_per_clip:
+                per_row = (mask.sum(1) / tokens_per_clip).tolist()
+                raise ValueError(
+                    f"the prompts have {per_row} {token} placeholders per row ({sum(per_row):g} in all, "
+                    f"{tokens_per_clip} tokens each) but the batch carries {clips} clips of that modality"
+                )
+            if clips:
+                embeddings = embeddings.masked_scatter(mask.unsqueeze(-1), features.to(embeddings.dtype))
+        return embeddings
+
+    def hidden_states(
+        self,
+        batch: Dict[str, torch.Tensor],
+        media: Optional[Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]] = None,
+    ) -> torch.Tensor:
+        """The language model's last hidden states ``(B, L, H)`` for a batch."""
+        audio, video = media if media is not None else self.encode_media(batch)
+        embeddings = self.embed_inputs(batch["input_ids"], audio, video)
+        decoder = self._hf_model().base_model
+        return decoder(inputs_embeds=embeddings, attention_mask=batch["attention_mask"]).last_hidden_state
+
+    def signal_states(self, hidden: torch.Tensor, input_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Hidden states at ``<AUD1..n>`` and ``<VID1..n>``: two ``(B, n, H)`` tensors."""
+        n = self.config.language_model.num_signal_tokens
+        out = []
+        for name, ids in (("<AUDi>", self._audio_signal_ids), ("<VIDi>", self._video_signal_ids)):
+            mask = torch.isin(input_ids, ids)
+            counts = mask.sum(1)
+            if bool((counts != n).any()):
+                raise ValueError(f"each row needs the {n} {name} signal tokens; rows have {counts.tolist()}")
+            out.append(hidden[mask].view(input_ids.shape[0], n, -1))
+        return out[0], out[1]
+
+    # ================================================================== training
+    def forward(self, batch: Dict[str, torch.Tensor], stage: Optional[int] = None) -> Dict[str, torch.Tensor]:
+        """Loss of a training stage (§5) and each of its terms.
+
+        Batch keys beyond the processor's, by stage:
+
+        * 2 and 4: ``speech_content_target`` ``(B, Ls, D_cs)`` with ``speech_content_mask``
+          ``(B, Ls)``, ``video_content_target`` ``(B, Lv, D_cv)`` with
+          ``video_content_mask`` ``(B, Lv)``;
+        * 3 and 4: ``speech_style_target`` ``(B, D_ss)``, ``video_style_target``
+          ``(B, D_sv)``, ``emotion_label`` ``(B,)`` and ``{attribute}_label`` ``(B,)`` per
+          profile attribute (``-100`` where unknown).
+
+        Returns ``loss`` and: stage 1 ``loss_emp`` (mean token NLL of the target, eq. 8);
+        stage 2 ``loss_ccl`` (eq. 9) with its speech/video parts and ``kl_content``;
+        stage 3 ``loss_sac = loss_sal + loss_cls`` (eqs. 10-12) with their parts and
+        ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13). Each
+        VAE's KL is added with weight ``loss.kl_weight``.
+        """
+        stage = stage if stage is not None else self.stage
+        if stage not in STAGE_GROUPS:
+            raise ValueError(f"forward needs stage 1, 2, 3 or 4 (argument or set_stage), got {stage!r}")
+        _require_keys(batch, stage)
+        weights = self.config.loss
+        # Stages 2 and 3 keep the language model frozen: no graph through it.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and stage in (1, 4)):
+            hidden = self.hidden_states(batch)
+        terms: Dict[str, torch.Tensor] = {}
+        if stage in (1, 4):
+            terms["loss_emp"] = self.language_modeling_loss(hidden, batch["labels"])
+        if stage in (2, 4):
+            content = self.content_synchronizer(
+                hidden,
+                batch["response_mask"],
+                batch["speech_content_mask"].sum(1),
+                batch["video_content_mask"].sum(1),
+            )
+            terms.update(self.content_losses(content, batch))
+        if stage in (3, 4):
+            style = self.style_disentangler(*self.signal_states(hidden, batch["input_ids"]))
+            terms.update(self.style_losses(style, batch))
+        if stage == 1:
+            loss = terms["loss_emp"]
+        elif stage == 2:
+            loss = terms["loss_ccl"] + weights.kl_weight * terms["kl_content"]
+        elif stage == 3:
+            loss = terms["loss_sac"] + weights.kl_weight * terms["kl_style"]
+        else:
+            loss = (
+                terms["loss_emp"]
+                + weights.alpha * terms["loss_ccl"]
+                + weights.beta * terms["loss_sac"]
+                + weights.kl_weight * (terms["kl_content"] + terms["kl_style"])
+            )
+        return {"loss": loss, **terms}
+
+    def language_modeling_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean NLL of the target tokens. Logits are computed only at target positions,
+        which spares a ``(B, L, vocab)`` tensor."""
+        targets = labels[:, 1:]
+        mask = targets != IGNORE_INDEX
+        if not bool(mask.any()):
+            raise ValueError("the batch has no target tokens (all labels are -100)")
+        logits = self._hf_model().get_output_embeddings()(hidden[:, :-1][mask])
+        return F.cross_entropy(logits.float(), targets[mask])
+
+    def content_losses(self, content: ContentOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Eq. 9 as the mean squared error over valid rows and features of each modality."""
+        speech = _masked_mse(content.speech, batch["speech_content_target"], batch["speech_content_mask"], "speech_content")
+        video = _masked_mse(content.video, batch["video_content_target"], batch["video_content_mask"], "video_content")
+        return {
+            "loss_ccl": speech + video,
+            "loss_ccl_speech": speech,
+            "loss_ccl_video": video,
+            "kl_content": content.kl.mean(),
+        }
+
+    def style_losses(self, style: StyleOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+        """Eq. 10 (mean squared error per modality) and eq. 11 (cross-entropy of the emotion
+        and of each profile attribute, summed)."""
+        sal_speech = _masked_mse(style.speech_style, batch["speech_style_target"], None, "speech_style")
+        sal_video = _masked_mse(style.video_style, batch["video_style_target"], None, "video_style")
+        terms = {"loss_sal_speech": sal_speech, "loss_sal_video": sal_video, "loss_sal": sal_speech + sal_video}
+        cls = _cross_entropy(style.emotion_logits, batch["emotion_label"])
+        terms["loss_cls_emotion"] = cls
+        for name, logits in style.profile_logits.items():
+            term = _cross_entropy(logits, batch[f"{name}_label"])
+            terms[f"loss_cls_{name}"] = term
+            cls = cls + term
+        terms["loss_cls"] = cls
+        terms["loss_sac"] = terms["loss_sal"] + cls
+        terms["kl_style"] = style.kl.mean()
+        return terms
+
+    # ================================================================== inference
+    @torch.no_grad()
+    def respond(
+        self,
+        dialogues: Union[Dialogue, Sequence[Dialogue]],
+        max_new_tokens: Optional[int] = None,
+        do_sample: bool = False,
+        temperature: float = 0.7,
+        top_p: float = 0.9,
+        speech_lengths: Optional[Sequence[int]] = None,
+        video_lengths: Optional[Sequence[int]] = None,
+    ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
+        """Answer one dialogue or a batch of them.
+
+        The language model writes the Chain of Empathy and the response; then the prompt,
+        that text and the 32 signal tokens run through it once more in a single forward
+        pass, whose hidden states feed the Content Synchronizer (response tokens) and the
+        Style Disentangler (signal tokens). ``speech_lengths``/``video_lengths`` give the
+        content lengths per dialogue (phonemes, frames); by default they are estimated from
+        the response's length.
+        """
+        single = isinstance(dialogues, Dialogue)
+        items = [dialogues] if single else list(dialogues)
+        if not items:
+            return []
+        was_training = self.training
+        self.eval()
+        try:
+            responses = self._respond(items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths)
+        finally:
+            self.train(was_training)
+        return responses[0] if single else responses
+
+    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths):
+        lm = self.config.language_model
+        max_new_tokens = max_new_tokens or lm.max_new_tokens
+        device = self.device
+        reserve = max_new_tokens + 2 * lm.num_signal_tokens + 1
+        prompts = [self.processor.encode(d, PromptMode.FULL, reserve=reserve) for d in items]
+        batch = _to(self.processor.collate(prompts, padding_side="left"), device)
+        media = self.encode_media(batch)
+        embeddings = self.embed_inputs(batch["input_ids"], *media)
+        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
+        generated = self.language_model.generate(
+            inputs_embeds=embeddings,
+            attention_mask=batch["attention_mask"],
+            max_new_tokens=max_new_tokens,
+            # Stop at the end of the text or where the model starts its signal tokens:
+            # those are appended below rather than decoded one by one.
+            eos_token_id=[self.token_ids.eos, self.token_ids.audio_signals[0]],
+            pad_token_id=self.token_ids.pad,
+            **sampling,
+        )
+        texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+        parsed = [parse_chain(text) for text in texts]
+
+        full = [
+            self.processor.encode(
+                d,
+                PromptMode.FULL,
+                Target(response=response, chain=chain, signals=True, eos=False),
+                first_turn=prompt.first_turn,
+            )
+            for d, prompt, (chain, response) in zip(items, prompts, parsed)
+        ]
+        full_batch = _to(self.processor.collate(full), device)
+        hidden = self.hidden_states(full_batch, media=media)
+        if speech_lengths is None or video_lengths is None:
+            est_speech, est_video = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
+        speech_lengths = torch.as_tensor(speech_lengths, device=device) if speech_lengths is not None else est_speech
+        video_lengths = torch.as_tensor(video_lengths, device=device) if video_lengths is not None else est_video
+        content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, video_lengths)
+        style = self.style_disentangler(*self.signal_states(hidden, full_batch["input_ids"]))
+        return self._package(items, texts, parsed, content, style)
+
+    def _package(self, items, texts, parsed, content: ContentOutput, style: StyleOutput) -> List[EmpatheticResponse]:
+        sd = self.config.style_disentangler
+        emotion = _predictions(style.emotion_logits, sd.emotion_labels)
+        profiles = {name: _predictions(style.profile_logits[name], values) for name, values in sd.profile_labels.items()}
+        responses = []
+        for i, (dialogue, text, (chain, response)) in enumerate(zip(items, texts, parsed)):
+            responses.append(
+                EmpatheticResponse(
+                    text=response,
+                    chain=chain,
+                    emotion=emotion[i],
+                    profile={name: preds[i] for name, preds in profiles.items()},
+                    speech_content=content.speech[i, content.speech_mask[i]].float().cpu(),
+                    speech_style=style.speech_style[i].float().cpu(),
+                    video_content=content.video[i, content.video_mask[i]].float().cpu(),
+                    video_style=style.video_style[i].float().cpu(),
+                    dialogue_id=dialogue.id,
+                    generated_text=text,
+                )
+            )
+        return responses
+
+    # ================================================================== saving
+    def trained_state_dict(self) -> Dict[str, torch.Tensor]:
+        """Only what training changes: the LoRA adapter with the signal-token rows, the
+        projectors and both heads. Base models are referenced by the config."""
+        state = {f"language_model.{k}": v for k, v in get_peft_model_state_dict(self.language_model).items()}
+        for name in _TRAINED_MODULES:
+            state.update({f"{name}.{k}": v for k, v in getattr(self, name).state_dict().items()})
+        return state
+
+    def load_trained_state_dict(self, state: Dict[str, torch.Tensor], source: str = "state dict") -> None:
+        """Load what :meth:`trained_state_dict` returns; any missing or unexpected key is an
+        error naming it."""
+        prefix = "language_model."
+        lm_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        expected_lm = set(get_peft_model_state_dict(self.language_model))
+        problems = []
+        if set(lm_state) != expected_lm:
+            problems.append(
+                f"language model adapter: missing {sorted(expected_lm - set(lm_state))[:5]}, "
+                f"unexpected {sorted(set(lm_state) - expected_lm)[:5]}"
+            )
+        else:
+            set_peft_model_state_dict(self.language_model, lm_state)
+        for name in _TRAINED_MODULES:
+            sub = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
+            result = getattr(self, name).load_state_dict(sub, strict=False)
+            if result.missing_keys or result.unexpected_keys:
+                problems.append(f"{name}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}")
+        known = (prefix,) + tuple(n + "." for n in _TRAINED_MODULES)
+        stray = [k for k in state if not k.startswith(known)]
+        if stray:
+            problems.append(f"keys of no known part: {stray[:5]}")
+        if problems:
+            raise ValueError(f"{source} does not match this model: " + "; ".join(problems))
+
+    def save_pretrained(self, directory: Union[str, Path]) -> Path:
+        """Write ``config.yaml``, ``tokenizer/`` and ``empatheia.safetensors`` (trained parts
+        only, a few MB for the tiny and small presets)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.save_yaml(directory / CONFIG_NAME)
+        self.tokenizer.save_pretrained(str(directory / TOKENIZER_DIR))
+        state = {k: v.detach().contiguous().cpu() for k, v in self.trained_state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "empatheia", "version": "1"})
+        return directory
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        directory: Union[str, Path],
+        overrides: Optional[Dict[str, object]] = None,
+        dtype: Optional[torch.dtype] = None,
+    ) -> "Empatheia":
+        """Load a model saved by :meth:`save_pretrained`. ``overrides`` can point base
+        models to local paths, e.g. ``{"language_model.pretrained": "/models/vicuna"}``."""
+        directory = Path(directory)
+        for needed in (CONFIG_NAME, WEIGHTS_NAME):
+            if not (directory / needed).is_file():
+                raise FileNotFoundError(f"{directory} is not a saved Empatheia model: {needed} is missing")
+        config = EmpatheiaConfig.load_yaml(directory / CONFIG_NAME)
+        if overrides:
+            config.update(overrides)
+        tokenizer_dir = directory / TOKENIZER_DIR
+        model = cls(config, tokenizer_path=tokenizer_dir if tokenizer_dir.is_dir() else None, dtype=dtype)
+        model.load_trained_state_dict(load_file(str(directory / WEIGHTS_NAME)), source=str(directory / WEIGHTS_NAME))
+        return model
+
+
+# ---------------------------------------------------------------------- helpers
+_STAGE_KEYS = {
+    1: ("input_ids", "attention_mask", "labels"),
+    2: ("input_ids", "attention_mask", "response_mask", "speech_content_target", "speech_content_mask",
+        "video_content_target", "video_content_mask"),
+    3: ("input_ids", "attention_mask", "speech_style_target", "video_style_target", "emotion_label"),
+}
+_STAGE_KEYS[4] = tuple(dict.fromkeys(_STAGE_KEYS[1] + _STAGE_KEYS[2] + _STAGE_KEYS[3]))
+
+
+def _require_keys(batch: Dict[str, torch.Tensor], stage: int) -> None:
+    missing = [k for k in _STAGE_KEYS[stage] if k not in batch]
+    if missing:
+        raise KeyError(f"stage {stage} needs batch keys {missing}")
+
+
+def _masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor], name: str) -> torch.Tensor:
+    target = target.to(pred.device, pred.dtype)
+    if pred.shape[-1] != target.shape[-1] or (mask is None and pred.shape != target.shape):
+        raise ValueError(f"{name}: prediction has shape {tuple(pred.shape)} but the target has {tuple(target.shape)}")
+    if mask is None:
+        return F.mse_loss(pred, target)
+    mask = mask[:, : pred.shape[1]].to(pred.dtype).unsqueeze(-1)
+    target = target[:, : pred.shape[1]]
+    return ((pred - target) ** 2 * mask).sum() / (mask.sum() * pred.shape[-1]).clamp(min=1)
+
+
+def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    labels = labels.to(logits.device).long()
+    if not bool((labels != IGNORE_INDEX).any()):
+        return logits.sum() * 0.0  # no labelled item: a zero that keeps the graph
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+
+
+def _predictions(logits: torch.Tensor, labels: Sequence[str]) -> List[LabelPrediction]:
+    probs = logits.float().softmax(-1).cpu()
+    return [
+        LabelPrediction(label=labels[int(row.argmax())], probabilities={l: round(float(p), 6) for l, p in zip(labels, row)})
+        for row in probs
+    ]
+
+
+def _to(batch: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

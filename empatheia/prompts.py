@@ -1,0 +1,147 @@
+"""Prompt texts of the four stages (Appendix D.1) and the Chain-of-Empathy format.
+
+The wording of the instruction is this project's own; the structure follows the paper:
+a dialogue context in which each turn may carry ``<Aud>``/``<Vid>`` placeholders, and a
+target that walks through the four reasoning steps before the response. Step labels are
+kept fixed so a generated chain can be parsed back into its fields.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER
+
+if TYPE_CHECKING:
+    from .dialogue import Dialogue
+
+ROLE_NAMES = {"speaker": "Speaker", "listener": "Listener"}
+
+SYSTEM_PROMPT = (
+    "You are an empathetic conversational partner. Before you answer, work out what the "
+    "user is going through and how they feel, then reply in a way that makes them feel "
+    "heard and supported. Think in order: (1) the event scenario behind the dialogue; "
+    "(2) the speaker's emotion, both stated and implied; (3) the cause of that emotion; "
+    "(4) the goal of your reply, such as easing worry, reassuring or showing understanding; "
+    "(5) the reply itself, which should follow from the first four steps."
+)
+
+TEXT_TASK = "Give an empathetic reply to the dialogue below. Reason through the steps one at a time before replying."
+STYLE_TASK = "Give a multimodal empathetic reply to the dialogue below."
+FULL_TASK = (
+    "Give a multimodal empathetic reply to the dialogue below. "
+    "Reason through the steps one at a time before replying."
+)
+
+
+class PromptMode(str, Enum):
+    """Which input layout of Appendix D.1 a prompt uses."""
+
+    TEXT = "text"
+    """Stages 1-2: turn texts only, Chain-of-Empathy target."""
+    STYLE = "style"
+    """Stage 3: each turn is only its ``<Aud> <Vid>`` placeholders, signal-token target."""
+    FULL = "full"
+    """Stage 4 and inference: texts with placeholders, chain + response + signal tokens."""
+
+
+@dataclass
+class ChainOfEmpathy:
+    """The four reasoning steps that precede a response. A field is ``None`` when the data
+    (or the generated text) does not have it."""
+
+    event_scenario: Optional[str] = None
+    speaker_emotion: Optional[str] = None
+    emotion_cause: Optional[str] = None
+    goal_to_response: Optional[str] = None
+    raw: Optional[str] = None
+    """The generated text this chain was parsed from (``None`` for gold chains)."""
+    parsed: bool = True
+    """False when generated text did not follow the chain format; ``raw`` keeps it."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# (field, label) in the order the steps are written.
+CHAIN_STEPS: Tuple[Tuple[str, str], ...] = (
+    ("event_scenario", "the event scenario of this conversation is"),
+    ("speaker_emotion", "the emotion of the speaker is"),
+    ("emotion_cause", "the emotion cause is"),
+    ("goal_to_response", "the goal to response is"),
+)
+RESPONSE_LABEL = "the response is"
+_ORDINALS = ("Firstly", "Secondly", "Thirdly", "Fourthly")
+
+
+def chain_text(chain: Optional[ChainOfEmpathy]) -> str:
+    """The target text up to the response: one line per present step, then the lead-in of
+    the response line (``"Finally, the response is: "``)."""
+    lines = []
+    for field_name, label in CHAIN_STEPS:
+        value = getattr(chain, field_name) if chain is not None else None
+        if value is not None and str(value).strip():
+            lines.append(f"{_ORDINALS[len(lines)]}, {label}: {str(value).strip()}")
+    lead = f"Finally, {RESPONSE_LABEL}: " if lines else "The response is: "
+    return "\n".join(lines + [lead])
+
+
+_LABEL_PATTERN = re.compile(
+    r"(?:^|\n)\s*(?:\w+,\s*)?(" + "|".join(re.escape(label) for _, label in CHAIN_STEPS) + "|" + re.escape(RESPONSE_LABEL) + r")\s*:",
+    re.IGNORECASE,
+)
+
+
+def parse_chain(text: str) -> Tuple[ChainOfEmpathy, str]:
+    """Split generated text into its chain fields and the response.
+
+    Returns ``(chain, response)``. When there is no response line the chain is flagged
+    ``parsed=False`` and the whole text, stripped, is taken as the response so nothing is
+    lost.
+    """
+    label_to_field = {label: name for name, label in CHAIN_STEPS}
+    matches = list(_LABEL_PATTERN.finditer(text))
+    fields = {}
+    response = None
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        value = text[match.end() : end].strip()
+        label = match.group(1).lower()
+        if label == RESPONSE_LABEL:
+            response = value
+        else:
+            fields[label_to_field[label]] = value or None
+    if response is None or not response:
+        return ChainOfEmpathy(**fields, raw=text, parsed=False), text.strip()
+    return ChainOfEmpathy(**fields, raw=text, parsed=True), response
+
+
+def turn_line(role: str, text: str, audio: bool, video: bool) -> str:
+    media = " ".join(p for p, present in ((AUDIO_PLACEHOLDER, audio), (VIDEO_PLACEHOLDER, video)) if present)
+    body = " ".join(part for part in (text.strip(), media) if part)
+    return f"{ROLE_NAMES[role]}: {body}"
+
+
+def context_lines(dialogue: "Dialogue", mode: PromptMode) -> List[str]:
+    """One line per turn. In TEXT mode media are left out; in STYLE mode the text is."""
+    lines = []
+    for turn in dialogue.turns:
+        use_text = mode is not PromptMode.STYLE
+        use_media = mode is not PromptMode.TEXT
+        lines.append(
+            turn_line(
+                turn.role,
+                turn.text if use_text else "",
+                audio=use_media and turn.audio is not None,
+                video=use_media and turn.video is not None,
+            )
+        )
+    return lines
+
+
+def user_message(lines: List[str], mode: PromptMode) -> str:
+    task = {PromptMode.TEXT: TEXT_TASK, PromptMode.STYLE: STYLE_TASK, PromptMode.FULL: FULL_TASK}[mode]
+    return f"{task}\n\nDialogue context:\n" + "\n".join(lines)

@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny models, dialogues and complete training batches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from empatheia import Dialogue, Empatheia, Turn
+from empatheia.processing import Target
+from empatheia.prompts import ChainOfEmpathy, PromptMode
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def shared_data(relative: str) -> Path:
+    """A file of the project's shared real data; the test is skipped where it is absent."""
+    path = (SHARED_DATA / relative).resolve()
+    if not path.exists():
+        pytest.skip(f"shared data {relative} not available")
+    return path
+
+
+@pytest.fixture
+def model() -> Empatheia:
+    return Empatheia.from_preset("tiny")
+
+
+def make_dialogue(turns: int = 3, audio: bool = True, video: bool = True, seed: int = 0, gold: bool = True) -> Dialogue:
+    rng = np.random.default_rng(seed)
+    texts = [
+        "I finally got the keys to my first apartment today!",
+        "That's wonderful! How does it feel?",
+        "Honestly a bit scary, it's so quiet at night.",
+        "It takes time to feel at home somewhere new.",
+        "I keep wondering if I made the right choice.",
+    ]
+    out = []
+    for i in range(turns):
+        role = "speaker" if i % 2 == 0 else "listener"
+        wave = rng.standard_normal(int(16000 * (0.6 + 0.2 * i))).astype(np.float32) * 0.1 if audio else None
+        frames = rng.integers(0, 256, size=(6 + i, 40, 52, 3), dtype=np.uint8) if video else None
+        out.append(Turn(role, texts[i % len(texts)], audio=wave, sample_rate=16000 if audio else None, video=frames))
+    chain = ChainOfEmpathy(
+        event_scenario="Moving into a first apartment alone.",
+        speaker_emotion="anxious",
+        emotion_cause="The new place feels quiet and unfamiliar.",
+        goal_to_response="Reassure the speaker.",
+    )
+    return Dialogue(
+        out,
+        id=f"test-{seed}-{turns}",
+        response="New places often feel strange at first; give it a few weeks." if gold else None,
+        chain=chain if gold else None,
+        listener_profile={"age": "young", "gender": "female", "timbre": "mid"},
+    )
+
+
+def add_generator_targets(model: Empatheia, batch: dict, seed: int = 0) -> dict:
+    """Gold generator features and class labels, as the data pipeline would add them."""
+    g = torch.Generator().manual_seed(seed)
+    b = batch["input_ids"].shape[0]
+    cs, sd = model.config.content_synchronizer, model.config.style_disentangler
+    speech_len = torch.tensor([7, 5, 9, 4][:b])
+    video_len = torch.tensor([11, 6, 8, 3][:b])
+    batch = dict(batch)
+    batch["speech_content_target"] = torch.randn(b, int(speech_len.max()), cs.speech_content_dim, generator=g)
+    batch["speech_content_mask"] = torch.arange(int(speech_len.max()))[None] < speech_len[:, None]
+    batch["video_content_target"] = torch.randn(b, int(video_len.max()), cs.video_content_dim, generator=g)
+    batch["video_content_mask"] = torch.arange(int(video_len.max()))[None] < video_len[:, None]
+    batch["speech_style_target"] = torch.randn(b, sd.speech_style_dim, generator=g)
+    batch["video_style_target"] = torch.randn(b, sd.video_style_dim, generator=g)
+    batch["emotion_label"] = torch.randint(0, len(sd.emotion_labels), (b,), generator=g)
+    for name, values in sd.profile_labels.items():
+        batch[f"{name}_label"] = torch.randint(0, len(values), (b,), generator=g)
+    return batch
+
+
+def full_batch(model: Empatheia, dialogues=None, seed: int = 0) -> dict:
+    """A stage-4 layout batch (text, media placeholders, chain, response, signal tokens)
+    with every gold target, usable by every stage."""
+    dialogues = dialogues or [make_dialogue(3, seed=seed), make_dialogue(2, seed=seed + 1)]
+    examples = [
+        model.processor.encode(d, PromptMode.FULL, Target(response=d.response, chain=d.chain, signals=True))
+        for d in dialogues
+    ]
+    return add_generator_targets(model, model.processor.collate(examples), seed)

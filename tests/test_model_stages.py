@@ -1,0 +1,136 @@
+"""Forward and backward in each stage, and exactly each stage's parameters train."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from empatheia.modeling import STAGE_GROUPS
+from empatheia.prompts import PromptMode
+
+from .conftest import add_generator_targets, full_batch, make_dialogue
+
+EXPECTED_TERMS = {
+    1: {"loss", "loss_emp"},
+    2: {"loss", "loss_ccl", "loss_ccl_speech", "loss_ccl_video", "kl_content"},
+    3: {"loss", "loss_sac", "loss_sal", "loss_sal_speech", "loss_sal_video", "loss_cls", "loss_cls_emotion",
+        "loss_cls_age", "loss_cls_gender", "loss_cls_timbre", "kl_style"},
+}
+EXPECTED_TERMS[4] = EXPECTED_TERMS[1] | EXPECTED_TERMS[2] | EXPECTED_TERMS[3]
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, 4])
+def test_stage_trains_exactly_its_parameters(model, stage):
+    # LoRA's B matrices start at zero, which makes the gradient of every A exactly zero;
+    # give B a value so that "receives a gradient" means a non-zero gradient everywhere.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.02)
+    model.set_stage(stage)
+    model.train()
+    out = model(full_batch(model), stage=stage)
+    assert set(out) == EXPECTED_TERMS[stage]
+    assert all(torch.isfinite(v) for v in out.values())
+    out["loss"].backward()
+
+    trainable = set(STAGE_GROUPS[stage])
+    for group, params in model.parameter_groups().items():
+        for name, param in params:
+            if group in trainable:
+                assert param.requires_grad, name
+                assert param.grad is not None and param.grad.abs().sum() > 0, f"stage {stage}: {name} got no gradient"
+            else:
+                assert not param.requires_grad, name
+                assert param.grad is None, f"stage {stage}: frozen {name} got a gradient"
+
+
+def test_every_group_is_populated_and_frozen_parts_are_frozen(model):
+    groups = model.parameter_groups()
+    assert all(groups[g] for g in ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler"))
+    frozen = {name for name, _ in groups["frozen"]}
+    assert any(n.startswith("speech_encoder.") for n in frozen)
+    assert any(n.startswith("video_encoder.") for n in frozen)
+    assert any("embed_tokens" in n and "trainable_tokens" not in n for n in frozen)
+    # two signal-row tensors: embedding rows and (untied) LM-head rows, 32 rows each
+    assert sorted(p.shape[0] for _, p in groups["signal_rows"]) == [32, 32]
+
+
+def test_stage_four_is_equation_13(model):
+    model.eval()  # the VAEs use their means: every term is deterministic
+    batch = full_batch(model)
+    with torch.no_grad():
+        out4 = model(batch, stage=4)
+        parts = {k: model(batch, stage=k) for k in (1, 2, 3)}
+    w = model.config.loss
+    expected = (
+        out4["loss_emp"] + w.alpha * out4["loss_ccl"] + w.beta * out4["loss_sac"]
+        + w.kl_weight * (out4["kl_content"] + out4["kl_style"])
+    )
+    torch.testing.assert_close(out4["loss"], expected)
+    torch.testing.assert_close(out4["loss_emp"], parts[1]["loss"])
+    torch.testing.assert_close(parts[2]["loss"], out4["loss_ccl"] + w.kl_weight * out4["kl_content"])
+    torch.testing.assert_close(parts[3]["loss"], out4["loss_sac"] + w.kl_weight * out4["kl_style"])
+    torch.testing.assert_close(out4["loss_sac"], out4["loss_sal"] + out4["loss_cls"])
+    assert (w.alpha, w.beta) == (0.2, 0.3)
+
+
+def test_language_loss_counts_only_target_tokens(model):
+    model.eval()
+    batch = full_batch(model)
+    with torch.no_grad():
+        base = model(batch, stage=1)["loss_emp"]
+        # Changing a prompt token that is not a target must not change which tokens are
+        # scored; changing a label to -100 must.
+        labels = batch["labels"].clone()
+        first_target = int((labels[0] != -100).nonzero()[0])
+        labels[0, first_target] = -100
+        fewer = model({**batch, "labels": labels}, stage=1)["loss_emp"]
+    assert not torch.isclose(base, fewer)
+    logits = model._hf_model()(input_ids=None, inputs_embeds=model.embed_inputs(batch["input_ids"], *model.encode_media(batch)),
+                               attention_mask=batch["attention_mask"]).logits
+    reference = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1), ignore_index=-100
+    )
+    torch.testing.assert_close(base, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_stage_three_on_its_own_placeholder_layout(model):
+    dialogues = [make_dialogue(3, seed=4), make_dialogue(1, seed=5)]
+    batch = add_generator_targets(model, model.processor(dialogues, stage=3))
+    text = model.tokenizer.decode(batch["input_ids"][0])
+    assert "I finally got the keys" not in text  # style layout: placeholders only
+    model.set_stage(3)
+    out = model(batch)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+
+
+def test_frozen_language_model_builds_no_graph_in_stages_two_and_three(model):
+    batch = full_batch(model)
+    for stage in (2, 3):
+        model.set_stage(stage)
+        hidden_requires_grad = []
+        handle = model._hf_model().base_model.register_forward_hook(
+            lambda module, args, output: hidden_requires_grad.append(output.last_hidden_state.requires_grad)
+        )
+        model(batch)
+        handle.remove()
+        assert hidden_requires_grad == [False]
+
+
+def test_missing_targets_name_the_keys(model):
+    batch = full_batch(model)
+    del batch["video_style_target"]
+    with pytest.raises(KeyError, match="video_style_target"):
+        model(batch, stage=3)
+    with pytest.raises(ValueError, match="stage"):
+        model(batch, stage=5)
+
+
+def test_unlabelled_items_are_ignored_by_the_classifiers(model):
+    batch = full_batch(model)
+    batch["age_label"] = torch.full_like(batch["age_label"], -100)
+    out = model(batch, stage=3)
+    assert out["loss_cls_age"] == 0
+    assert torch.isfinite(out["loss"])
