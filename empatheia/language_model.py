@@ -3,6 +3,7 @@ input placeholders and the ``<AUDi>``/``<VIDi>`` output signal tokens."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional, Union
@@ -124,7 +125,10 @@ def build_language_model(
         trainable_token_indices=trainable_rows,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():
+        # peft 0.21 reads a property that transformers 5 deprecates; not ours to fix.
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, lora)
 
 
 # Text the builtin tokenizer learns its merges from: the prompt scaffolding and everyday

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from empatheia import Empatheia, EmpatheiaConfig
+
+from .conftest import full_batch, make_dialogue
 
 PAPER_RANDOM = {
     "language_model.pretrained": None,
@@ -99,3 +103,20 @@ def test_paper_heads_run_at_full_size():
     assert style.speech_style.shape == (2, 256) and style.video_style.shape == (2, 256)
     assert style.emotion_logits.shape == (2, 7)
     assert {k: v.shape[1] for k, v in style.profile_logits.items()} == {"age": 4, "gender": 2, "timbre": 3}
+
+
+def test_shipped_model_configs_are_the_presets():
+    root = Path(__file__).resolve().parents[1] / "configs" / "model"
+    for name in ("tiny", "paper"):
+        assert EmpatheiaConfig.load_yaml(root / f"{name}.yaml") == EmpatheiaConfig.from_preset(name)
+
+
+def test_bfloat16_language_model():
+    model = Empatheia.from_preset("tiny", dtype=torch.bfloat16)
+    assert model._hf_model().get_input_embeddings().weight.dtype == torch.bfloat16
+    assert model.style_disentangler.queries.dtype == torch.float32
+    out = model(full_batch(model), stage=4)
+    out["loss"].backward()
+    assert torch.isfinite(out["loss"])
+    response = model.respond(make_dialogue(2), max_new_tokens=4)
+    assert response.speech_style.dtype == torch.float32
