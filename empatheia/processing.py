@@ -80,7 +80,7 @@ class EmpatheiaProcessor:
         if layout == "vicuna":
             return f"{SYSTEM_PROMPT} USER: {user} ASSISTANT:"
         if layout == "plain":
-            return f"{SYSTEM_PROMPT}\n\n{user}\n\nReply:"
+            return f"{SYSTEM_PROMPT}\n\n{user}\n\nReply:\n"
         if layout == "chat_template":
             messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 from transformers import HubertConfig, HubertModel
 
 from ..config import SpeechEncoderConfig
+from .frozen import FrozenEncoder
 from .pooling import pool_to_tokens
 
 
-class SpeechEncoder(nn.Module):
-    """Waveforms at 16 kHz in, ``num_tokens`` HuBERT feature tokens per utterance out.
-
-    The HuBERT weights are frozen and the module stays in eval mode even when its parent
-    trains, so layer drop and dropout never change the features of a frozen encoder.
-    """
+class SpeechEncoder(FrozenEncoder):
+    """Waveforms at 16 kHz in, ``num_tokens`` HuBERT feature tokens per utterance out."""
 
     def __init__(self, config: SpeechEncoderConfig):
         super().__init__()
@@ -29,11 +25,7 @@ class SpeechEncoder(nn.Module):
                 f"speech_encoder.hidden_size is {config.hidden_size} but the HuBERT model has "
                 f"hidden size {self.model.config.hidden_size}"
             )
-        self.model.requires_grad_(False)
-        self.model.eval()
-
-    def train(self, mode: bool = True) -> "SpeechEncoder":
-        return super().train(False)
+        self.freeze()
 
     @property
     def hidden_size(self) -> int:

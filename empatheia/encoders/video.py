@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import open_clip
 import torch
-from torch import nn
 
 from ..config import VideoEncoderConfig
+from .frozen import FrozenEncoder
 from .pooling import pool_to_tokens
 
 
-class VideoEncoder(nn.Module):
+class VideoEncoder(FrozenEncoder):
     """Face frames in, ``num_tokens`` tokens per utterance out.
 
     Each sampled frame is encoded to its CLIP image embedding; the ``num_frames``
@@ -39,11 +39,7 @@ class VideoEncoder(nn.Module):
         image_size = image_size[0] if isinstance(image_size, (tuple, list)) else image_size
         if image_size != config.image_size:
             raise ValueError(f"video_encoder.image_size is {config.image_size} but the tower expects {image_size}")
-        self.visual.requires_grad_(False)
-        self.visual.eval()
-
-    def train(self, mode: bool = True) -> "VideoEncoder":
-        return super().train(False)
+        self.freeze()
 
     @property
     def hidden_size(self) -> int:
