@@ -61,14 +61,6 @@ class Dialogue:
         if not self.turns:
             raise ValueError(f"dialogue {self.id or ''} has no turns".replace("  ", " "))
 
-    @property
-    def has_audio(self) -> bool:
-        return any(t.audio is not None for t in self.turns)
-
-    @property
-    def has_video(self) -> bool:
-        return any(t.video is not None for t in self.turns)
-
     @classmethod
     def from_avamerg(
         cls,

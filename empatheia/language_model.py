@@ -34,7 +34,6 @@ class SpecialTokenIds:
     video_signals: tuple
     pad: int
     eos: int
-    bos: Optional[int]
 
     @property
     def signals(self) -> tuple:
@@ -78,7 +77,6 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase, config: LanguageModelC
         video_signals=tuple(to_id(video_signal_tokens(config.num_signal_tokens))),
         pad=pad,
         eos=eos,
-        bos=tokenizer.bos_token_id,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Union
 
@@ -42,7 +42,6 @@ class EmpatheticResponse:
     dialogue_id: Optional[str] = None
     generated_text: str = ""
     """Everything the language model wrote, chain included."""
-    extras: Dict[str, object] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {

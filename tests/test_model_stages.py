@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from empatheia.modeling import STAGE_GROUPS
-from empatheia.prompts import PromptMode
 
 from .conftest import add_generator_targets, full_batch, make_dialogue
 

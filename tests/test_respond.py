@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from empatheia import Dialogue, Empatheia, EmpatheticResponse, Turn
+from empatheia import Empatheia, EmpatheticResponse
 
 from .conftest import full_batch, make_dialogue
 
