@@ -361,6 +361,7 @@ class Empatheia(nn.Module):
                 PromptMode.FULL,
                 Target(response=response, chain=chain, signals=True, eos=False),
                 first_turn=prompt.first_turn,
+                load_media=False,  # their features are already in `media`
             )
             for d, prompt, (chain, response) in zip(items, prompts, parsed)
         ]

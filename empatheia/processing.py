@@ -74,8 +74,7 @@ class EmpatheiaProcessor:
 
     # ------------------------------------------------------------------ text
     def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0) -> str:
-        turns = Dialogue(turns=dialogue.turns[first_turn:], id=dialogue.id)
-        user = user_message(context_lines(turns, mode), mode)
+        user = user_message(context_lines(dialogue.turns[first_turn:], mode), mode)
         layout = self.config.language_model.prompt_format
         if layout == "vicuna":
             return f"{SYSTEM_PROMPT} USER: {user} ASSISTANT:"
@@ -126,11 +125,13 @@ class EmpatheiaProcessor:
         target: Optional[Target] = None,
         reserve: int = 0,
         first_turn: Optional[int] = None,
+        load_media: bool = True,
     ) -> EncodedExample:
         """Encode one dialogue. When prompt + target (+ ``reserve`` tokens kept free for
         generation) exceed ``max_length``, the oldest turns are dropped first; if even the
         last turn does not fit, that is an error: the target is never cut. ``first_turn``
-        fixes the kept turns instead."""
+        fixes the kept turns instead. ``load_media=False`` leaves the media unread, for a
+        caller that already holds their features."""
         max_length = self.config.language_model.max_length
         if target is not None:
             target_ids, response_mask, response_chars = self._target_ids(target, mode)
@@ -150,7 +151,7 @@ class EmpatheiaProcessor:
                 f"(target {len(target_ids)}, reserved {reserve}), over language_model.max_length={max_length}"
             )
         kept = dialogue.turns[start:]
-        use_media = mode is not PromptMode.TEXT
+        use_media = load_media and mode is not PromptMode.TEXT
         return EncodedExample(
             input_ids=torch.cat([prompt_ids, target_ids]),
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 if TYPE_CHECKING:
-    from .dialogue import Dialogue
+    from .dialogue import Turn
 
 ROLE_NAMES = {"speaker": "Speaker", "listener": "Listener"}
 
@@ -125,10 +125,10 @@ def turn_line(role: str, text: str, audio: bool, video: bool) -> str:
     return f"{ROLE_NAMES[role]}: {body}"
 
 
-def context_lines(dialogue: "Dialogue", mode: PromptMode) -> List[str]:
+def context_lines(turns: Sequence["Turn"], mode: PromptMode) -> List[str]:
     """One line per turn. In TEXT mode media are left out; in STYLE mode the text is."""
     lines = []
-    for turn in dialogue.turns:
+    for turn in turns:
         use_text = mode is not PromptMode.STYLE
         use_media = mode is not PromptMode.TEXT
         lines.append(

@@ -187,3 +187,15 @@ def test_chain_round_trip_and_parse_failures():
     assert not broken.parsed and broken.raw == "I am so sorry to hear that." and response == broken.raw
     only_emotion, response = parse_chain("the emotion of the speaker is: sad\nno response line")
     assert not only_emotion.parsed and only_emotion.speaker_emotion.startswith("sad")
+
+
+def test_respond_reads_each_media_file_once(model, tmp_path, monkeypatch):
+    import empatheia.processing as processing
+
+    root = _media_root(tmp_path, TRAIN_CONVERSATION)
+    reads = []
+    for name in ("load_audio", "load_video_frames"):
+        original = getattr(processing, name)
+        monkeypatch.setattr(processing, name, lambda path, *a, _f=original: reads.append(path) or _f(path, *a))
+    model.respond(Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root), max_new_tokens=4)
+    assert sorted(p.name for p in reads) == sorted(p.name for p in root.iterdir())
