@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "generators", "training"],
+    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "generators", "training"],
     install_requires=[
         "torch>=2.4",
         "torchaudio>=2.4",
@@ -24,6 +24,8 @@ setup(
         "numpy>=1.24",
         "soundfile>=0.12",
         "av>=12",
+        "opencv-python-headless>=4.8,<5",
+        "tqdm>=4.60",
     ],
     extras_require={"test": ["pytest>=8"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
