@@ -42,8 +42,9 @@ class SpeechEncoderConfig:
 
 @dataclass
 class VideoEncoderConfig:
-    """A frozen open_clip vision tower; ``num_frames`` frames per utterance are encoded and
-    pooled over time into ``num_tokens`` tokens."""
+    """A frozen open_clip vision tower. Frames are taken from each utterance's video at
+    ``frame_rate`` per second (at most ``num_frames``), the face is cropped, and the
+    frames' image embeddings are pooled over time into ``num_tokens`` tokens."""
 
     model_name: str = "ViT-L-14-336"
     pretrained: Optional[str] = None
@@ -55,6 +56,12 @@ class VideoEncoderConfig:
     """Width of the tower's image embedding (checked against the built model)."""
     image_size: int = 336
     num_frames: int = 8
+    """Most frames taken per utterance; a longer clip gets them spread over its length."""
+    frame_rate: float = 2.0
+    """Frames per second taken from a video (AvaMERG utterances last ~5.7 s)."""
+    face_crop: bool = True
+    """Crop each clip to the face found by OpenCV's packaged Haar detector before resizing;
+    a clip with no face is an error. ``False`` centre-crops the whole frame."""
     num_tokens: int = 8
     mean: List[float] = field(default_factory=lambda: [0.48145466, 0.4578275, 0.40821073])
     std: List[float] = field(default_factory=lambda: [0.26862954, 0.26130258, 0.27577711])
@@ -330,6 +337,8 @@ def _tiny() -> EmpatheiaConfig:
             embed_dim=24,
             image_size=32,
             num_frames=4,
+            # Tests feed synthetic frames with no face in them.
+            face_crop=False,
             num_tokens=2,
         ),
         language_model=LanguageModelConfig(

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
+from .data.errors import DataError
 from .prompts import ROLE_NAMES, ChainOfEmpathy
 
 AudioInput = Union[None, str, Path, np.ndarray, torch.Tensor]
@@ -54,12 +55,21 @@ class Dialogue:
     listener_profile: Optional[Dict[str, str]] = None
     response: Optional[str] = None
     chain: Optional[ChainOfEmpathy] = None
+    response_audio: Optional[Path] = None
+    """The gold response's speech (training data with media)."""
+    response_video: Optional[Path] = None
+    """The gold response's talking-head video (training data with media)."""
+    emotion: Optional[str] = None
+    """The dialogue's free-text emotion label (training data); defaults to the chain's
+    ``speaker_emotion``."""
     missing_media: List[str] = field(default_factory=list)
     """Media files that were expected but absent (only with ``require_media=False``)."""
 
     def __post_init__(self):
         if not self.turns:
             raise ValueError(f"dialogue {self.id or ''} has no turns".replace("  ", " "))
+        if self.emotion is None and self.chain is not None and self.chain.speaker_emotion:
+            self.emotion = self.chain.speaker_emotion
 
     @classmethod
     def from_avamerg(
@@ -68,92 +78,137 @@ class Dialogue:
         turn: int = -1,
         media_root: Optional[Union[str, Path]] = None,
         require_media: bool = True,
+        response_media: bool = False,
     ) -> "Dialogue":
         """Build the dialogue of one turn of a released AvaMERG conversation.
 
         ``turn`` indexes ``conversation["turns"]`` (``-1``: the last). With ``media_root``
         each utterance's ``dia{conversation_id}utt{index}_{avatar ID}.wav/.mp4`` is
-        attached; a missing file is an error naming it, or with ``require_media=False`` is
-        listed in ``missing_media``. Test-form conversations (no profiles) match any avatar
-        ID. Train-form turns also give the gold ``response`` and ``chain``.
+        attached; with ``response_media`` (training) so is the gold response's (the
+        utterance after the history, spoken by the listener). A missing file is a
+        :class:`~empatheia.data.DataError` naming it, or with ``require_media=False`` is
+        listed in ``missing_media``. Test-form conversations (no profiles) match any
+        avatar ID. Train-form turns also give the gold ``response`` and ``chain``.
+        Malformed input raises :class:`~empatheia.data.DataError` naming the record
+        (``conversation/turn``) and the field.
         """
-        cid = conversation.get("conversation_id", "?")
-        where = f"conversation {cid}"
-        turns = _require(conversation, "turns", where, list)
+        cid = conversation.get("conversation_id", "?") if isinstance(conversation, dict) else "?"
+        if not isinstance(cid, str):
+            raise DataError(f"should be a string, got {type(cid).__name__}", record=str(cid), field="conversation_id")
+        turns = _require(conversation, "turns", cid, "", list)
         if not turns:
-            raise ValueError(f"{where}: 'turns' is empty")
+            raise DataError("is empty", record=cid, field="turns")
         try:
             record = turns[turn]
         except IndexError:
-            raise IndexError(f"{where}: turn {turn} out of range (it has {len(turns)} turns)") from None
-        where = f"{where}, turn {record.get('turn_id', turn)}"
-        history = _require(record, "dialogue_history", where, list)
-        profiles = {
-            "speaker": conversation.get("speaker_profile"),
-            "listener": conversation.get("listener_profile"),
-        }
+            raise IndexError(f"conversation {cid}: turn {turn} out of range (it has {len(turns)} turns)") from None
+        position = turn % len(turns)
+        name = f"{cid}/{record.get('turn_id', position) if isinstance(record, dict) else position}"
+        at = f"turns[{position}]"
+        history = _require(record, "dialogue_history", name, at, list)
+        if not history:
+            raise DataError("is empty", record=name, field=f"{at}.dialogue_history")
+        profiles = {}
+        for role in ROLE_NAMES:
+            profile = conversation.get(f"{role}_profile")
+            if profile is not None and not isinstance(profile, dict):
+                raise DataError(f"should be an object, got {type(profile).__name__}", record=cid, field=f"{role}_profile")
+            profiles[role] = profile
         root = Path(media_root) if media_root is not None else None
         missing: List[str] = []
         out_turns = []
-        for position, utterance in enumerate(history):
-            at = f"{where}, dialogue_history[{position}]"
-            role = _require(utterance, "role", at, str)
+        last_index = -1
+        for i, utterance in enumerate(history):
+            where = f"{at}.dialogue_history[{i}]"
+            role = _require(utterance, "role", name, where, str)
             if role not in ROLE_NAMES:
-                raise ValueError(f"{at}: unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})")
-            text = _require(utterance, "utterance", at, str)
-            index = _require(utterance, "index", at, (int, str))
+                raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"{where}.role")
+            text = _require(utterance, "utterance", name, where, str)
+            index = _require(utterance, "index", name, where, (int, str))
+            try:
+                last_index = int(index)
+            except ValueError:
+                raise DataError(f"should be an integer, got {index!r}", record=name, field=f"{where}.index") from None
             audio = video = None
             if root is not None:
                 avatar = (profiles[role] or {}).get("ID")
-                audio = _media_file(root, cid, index, avatar, ".wav", require_media, missing, at)
-                video = _media_file(root, cid, index, avatar, ".mp4", require_media, missing, at)
+                found = _media_files(root, cid, index, avatar, require_media, missing, name, where)
+                audio, video = found
             out_turns.append(Turn(role=role, text=text, audio=audio, video=video, profile=profiles[role]))
+        response = record.get("response")
+        if response is not None and not isinstance(response, str):
+            raise DataError(f"should be a string, got {type(response).__name__}", record=name, field=f"{at}.response")
         chain = None
-        if isinstance(record.get("chain_of_empathy"), dict):
-            coe = record["chain_of_empathy"]
-            chain = ChainOfEmpathy(
-                event_scenario=coe.get("event_scenario"),
-                speaker_emotion=coe.get("speaker_emotion"),
-                emotion_cause=coe.get("emotion_cause"),
-                goal_to_response=coe.get("goal_to_response"),
+        coe = record.get("chain_of_empathy")
+        if coe is not None:
+            if not isinstance(coe, dict):
+                raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field=f"{at}.chain_of_empathy")
+            values = {}
+            for key in ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response"):
+                value = coe.get(key)
+                if value is not None and not isinstance(value, str):
+                    raise DataError(
+                        f"should be a string, got {type(value).__name__}", record=name, field=f"{at}.chain_of_empathy.{key}"
+                    )
+                values[key] = value
+            chain = ChainOfEmpathy(**values)
+        response_audio = response_video = None
+        if root is not None and response_media:
+            avatar = (profiles["listener"] or {}).get("ID")
+            response_audio, response_video = _media_files(
+                root, cid, last_index + 1, avatar, require_media, missing, name, f"{at}.response"
             )
         return cls(
             turns=out_turns,
-            id=f"{cid}/{record.get('turn_id', turn)}",
+            id=name,
             context=record.get("context"),
             speaker_profile=profiles["speaker"],
             listener_profile=profiles["listener"],
-            response=record.get("response"),
+            response=response,
             chain=chain,
+            response_audio=response_audio,
+            response_video=response_video,
             missing_media=missing,
         )
 
 
-def _require(record: Any, key: str, where: str, kind):
+def _require(record: Any, key: str, name: str, where: str, kind):
     if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected an object, got {type(record).__name__}")
+        raise DataError(f"should be an object, got {type(record).__name__}", record=name, field=where)
     if key not in record:
-        raise KeyError(f"{where}: missing field {key!r}")
+        raise DataError("missing", record=name, field=f"{where}.{key}".lstrip("."))
     value = record[key]
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}: field {key!r} should be {names}, got {type(value).__name__}")
+        raise DataError(f"should be {names}, got {type(value).__name__}", record=name, field=f"{where}.{key}".lstrip("."))
     return value
 
 
-def _media_file(root: Path, cid: str, index, avatar, suffix: str, required: bool, missing: List[str], where: str):
-    stem = f"dia{cid}utt{index}_"
-    if avatar is not None:
-        path = root / f"{stem}{avatar}{suffix}"
-        found = [path] if path.is_file() else []
-    else:
-        path = root / f"{stem}*{suffix}"
-        found = sorted(root.glob(path.name))
-        if len(found) > 1:
-            raise ValueError(f"{where}: several files match {path}: {[p.name for p in found]}")
-    if found:
-        return found[0]
-    if required:
-        raise FileNotFoundError(f"{where}: media file {path} not found (pass require_media=False to go on without it)")
-    missing.append(str(path))
-    return None
+def _media_files(root: Path, cid: str, index, avatar, required: bool, missing: List[str], name: str, where: str):
+    """The ``(audio, video)`` files of one utterance (``None`` where absent and allowed)."""
+    found = []
+    for suffix, kind in ((".wav", "audio"), (".mp4", "video")):
+        stem = f"dia{cid}utt{index}_"
+        if avatar is not None:
+            path = root / f"{stem}{avatar}{suffix}"
+            matches = [path] if path.is_file() else []
+        else:
+            path = root / f"{stem}*{suffix}"
+            matches = sorted(root.glob(path.name))
+            if len(matches) > 1:
+                raise DataError(
+                    f"several {kind} files match: {[p.name for p in matches]}", file=path, record=name, field=f"{where} ({kind})"
+                )
+        if matches:
+            found.append(matches[0])
+            continue
+        if required:
+            raise DataError(
+                f"{kind} file not found (pass require_media=False to go on without it)",
+                file=path,
+                record=name,
+                field=f"{where} ({kind})",
+            )
+        missing.append(str(path))
+        found.append(None)
+    return found

@@ -1,13 +1,30 @@
-"""Reading audio and video into the tensors the encoders take."""
+"""Reading audio and video into the tensors the encoders take.
+
+Every problem with a file is a :class:`~empatheia.data.DataError` that names the file and
+whether it was the audio or the video: missing, unreadable or corrupt, empty, silent, a
+sample rate too low to resample from, more channels than mono or stereo, no frames.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from .data.errors import DataError
+
+MIN_SAMPLE_RATE = 8000
+"""Below this, upsampling to the encoder's 16 kHz cannot bring back the speech band."""
+MAX_CHANNELS = 2
+"""Mono or stereo are averaged to mono; a multichannel mix has no single speaker track."""
+MIN_DURATION = 0.1
+"""Seconds; shorter than this is not an utterance (HuBERT needs 25 ms for one frame)."""
+SILENCE_PEAK = 1e-4
+"""Peak amplitude below which a clip is silent (-80 dBFS): it has nothing to encode, and
+per-utterance normalisation would amplify its noise floor into features."""
 
 
 def load_audio(path: Union[str, Path], sample_rate: int) -> torch.Tensor:
@@ -16,27 +33,45 @@ def load_audio(path: Union[str, Path], sample_rate: int) -> torch.Tensor:
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"audio file {path} not found")
+        raise DataError("audio file not found", file=path, field="audio")
     try:
         data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except Exception as error:  # soundfile raises its own LibsndfileError and RuntimeError
-        raise ValueError(f"{path}: cannot read audio: {error}") from error
+        raise DataError(f"cannot read audio (corrupt or not an audio file): {error}", file=path, field="audio") from None
     return prepare_waveform(torch.from_numpy(data.T.copy()), rate, sample_rate, source=str(path))
 
 
 def prepare_waveform(
-    waveform: Union[np.ndarray, torch.Tensor], rate: int, sample_rate: int, source: str = "waveform"
+    waveform: Union[np.ndarray, torch.Tensor], rate: int, sample_rate: int, source: Optional[str] = None
 ) -> torch.Tensor:
-    """``(T,)`` or ``(C, T)`` audio at ``rate`` -> ``(T,)`` float32 mono at ``sample_rate``."""
+    """``(T,)`` or ``(C, T)`` audio at ``rate`` -> ``(T,)`` float32 mono at ``sample_rate``.
+
+    Raises :class:`DataError` for empty, too short, silent or non-finite audio, for a rate
+    below :data:`MIN_SAMPLE_RATE` and for more than :data:`MAX_CHANNELS` channels.
+    """
+
+    def fail(reason: str):
+        raise DataError(reason, file=source, field="audio")
+
     wave = torch.as_tensor(waveform, dtype=torch.float32)
     if wave.dim() == 2:
-        wave = wave.mean(0)
+        if wave.shape[0] > MAX_CHANNELS:
+            fail(f"has {wave.shape[0]} channels; expected mono or stereo (shape is (channels, T))")
     elif wave.dim() != 1:
-        raise ValueError(f"{source}: audio must be (T,) or (channels, T), got shape {tuple(wave.shape)}")
+        fail(f"must be (T,) or (channels, T), got shape {tuple(wave.shape)}")
     if wave.numel() == 0:
-        raise ValueError(f"{source}: audio is empty")
+        fail("audio is empty (0 samples)")
+    if not rate or rate < MIN_SAMPLE_RATE:
+        fail(f"sample rate {rate} Hz is below the {MIN_SAMPLE_RATE} Hz minimum; the speech band cannot be recovered")
+    if wave.shape[-1] < MIN_DURATION * rate:
+        fail(f"audio is {wave.shape[-1] / rate:.3f} s long, shorter than the {MIN_DURATION} s minimum")
     if not torch.isfinite(wave).all():
-        raise ValueError(f"{source}: audio contains NaN or infinite samples")
+        fail("audio contains NaN or infinite samples")
+    peak = float(wave.abs().max())
+    if peak < SILENCE_PEAK:
+        fail(f"audio is silent (peak amplitude {peak:.2e})")
+    if wave.dim() == 2:
+        wave = wave.mean(0)
     if rate != sample_rate:
         import torchaudio.functional
 
@@ -44,30 +79,89 @@ def prepare_waveform(
     return wave.contiguous()
 
 
-def load_video_frames(path: Union[str, Path], num_frames: int) -> torch.Tensor:
-    """Decode a video and sample ``num_frames`` frames evenly over its length.
+def sample_times(duration: float, frame_rate: Optional[float], max_frames: int) -> List[float]:
+    """Times (s) at which to take frames: ``frame_rate`` per second, each from the middle
+    of its interval, or, when that would exceed ``max_frames`` (or ``frame_rate`` is
+    ``None``), ``max_frames`` spread evenly over the clip."""
+    count = max_frames if frame_rate is None else max(1, min(max_frames, int(duration * frame_rate)))
+    step = duration / count
+    return [(i + 0.5) * step for i in range(count)]
 
-    Returns ``(num_frames, H, W, 3)`` uint8 RGB.
+
+def load_video_frames(path: Union[str, Path], max_frames: int = 8, frame_rate: Optional[float] = None) -> torch.Tensor:
+    """Decode a video and take frames at ``frame_rate`` per second, at most ``max_frames``
+    (spread over the whole clip when it is longer or ``frame_rate`` is ``None``).
+
+    Returns ``(F, H, W, 3)`` uint8 RGB, ``1 <= F <= max_frames``. Only the chosen frames
+    are converted to RGB.
     """
     import av
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"video file {path} not found")
+        raise DataError("video file not found", file=path, field="video")
     try:
         with av.open(str(path)) as container:
-            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+            if not container.streams.video:
+                raise DataError("has no video stream", file=path, field="video")
+            stream = container.streams.video[0]
+            duration = _duration(container, stream)
+            frames = _decode_at(container, stream, duration, frame_rate, max_frames)
+    except DataError:
+        raise
     except Exception as error:  # PyAV raises a family of FFmpeg errors
-        raise ValueError(f"{path}: cannot decode video: {error}") from error
+        raise DataError(f"cannot decode video (corrupt or not a video file): {error}", file=path, field="video") from None
     if not frames:
-        raise ValueError(f"{path}: video has no frames")
-    return sample_frames(torch.from_numpy(np.stack(frames)), num_frames)
+        raise DataError("video has no frames", file=path, field="video")
+    return torch.from_numpy(np.stack(frames))
+
+
+def _duration(container, stream) -> Optional[float]:
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000
+    return None
+
+
+def _decode_at(container, stream, duration: Optional[float], frame_rate: Optional[float], max_frames: int) -> List[np.ndarray]:
+    if duration is None or duration <= 0:
+        # No length in the header: decode everything once, then pick by position.
+        decoded = [frame for frame in container.decode(stream)]
+        if not decoded:
+            return []
+        rate = float(stream.average_rate or 25)
+        times = sample_times(len(decoded) / rate, frame_rate, max_frames)
+        picks = sorted({min(len(decoded) - 1, int(t * rate)) for t in times})
+        return [decoded[i].to_ndarray(format="rgb24") for i in picks]
+    targets = sample_times(duration, frame_rate, max_frames)
+    start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
+    period = float(1 / stream.average_rate) if stream.average_rate else 0.04
+    out: List[np.ndarray] = []
+    last = None
+    for frame in container.decode(stream):
+        t = (float(frame.pts * stream.time_base) - start) if frame.pts is not None else len(out) * period
+        image = None
+        # A frame shows from t to t + period; it is the picture at every target in that span.
+        while len(out) < len(targets) and targets[len(out)] < t + period:
+            image = frame.to_ndarray(format="rgb24") if image is None else image
+            out.append(image)
+        last = frame
+        if len(out) == len(targets):
+            break
+    if len(out) < len(targets) and last is not None:
+        # The header overstated the length: the last frame stands in for the rest.
+        image = last.to_ndarray(format="rgb24")
+        out.extend(image for _ in range(len(targets) - len(out)))
+    return out
 
 
 def sample_frames(frames: torch.Tensor, num_frames: int) -> torch.Tensor:
     """Pick ``num_frames`` frames evenly spaced over ``(F, H, W, 3)`` frames."""
     if frames.dim() != 4 or frames.shape[-1] != 3:
         raise ValueError(f"video frames must be (F, H, W, 3), got shape {tuple(frames.shape)}")
+    if frames.shape[0] == 0:
+        raise ValueError("video has no frames")
     index = torch.linspace(0, frames.shape[0] - 1, num_frames).round().long()
     return frames[index]
 

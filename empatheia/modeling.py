@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import EmpatheiaConfig
+from .data.cache import merge_features
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
@@ -147,14 +148,17 @@ class Empatheia(nn.Module):
     # ================================================================== inputs
     def encode_media(self, batch: Dict[str, torch.Tensor]) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Projected media features ``(N_a, n_a, H)`` and ``(N_v, n_v, H)`` (or ``None``),
-        from raw ``audio``/``video`` or from cached ``audio_features``/``video_features``
-        (encoder outputs ``(N, n, D_enc)``)."""
+        from raw ``audio``/``video``, from complete ``audio_features``/``video_features``
+        (encoder outputs ``(N, n, D_enc)``), or from raw media mixed with cached features
+        (``{audio,video}_cached`` and ``_order``, see :mod:`empatheia.data.cache`)."""
         audio = batch.get("audio_features")
-        if audio is None and "audio" in batch:
-            audio = self.speech_encoder(batch["audio"], batch["audio_lengths"])
+        if audio is None and ("audio" in batch or "audio_cached" in batch):
+            raw = self.speech_encoder(batch["audio"], batch["audio_lengths"]) if "audio" in batch else None
+            audio = merge_features(batch, "audio", raw)
         video = batch.get("video_features")
-        if video is None and "video" in batch:
-            video = self.video_encoder(batch["video"])
+        if video is None and ("video" in batch or "video_cached" in batch):
+            raw = self.video_encoder(batch["video"], batch.get("video_lengths")) if "video" in batch else None
+            video = merge_features(batch, "video", raw)
         proj_dtype = self.speech_projector[0].weight.dtype
         audio = self.speech_projector(audio.to(proj_dtype)) if audio is not None else None
         video = self.video_projector(video.to(proj_dtype)) if video is not None else None

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
 from .config import EmpatheiaConfig
-from .dialogue import Dialogue, Turn
+from .data.errors import DataError
+from .data.faces import FaceCropper
+from .dialogue import Dialogue
 from .language_model import SpecialTokenIds, audio_signal_tokens, video_signal_tokens
 from .media import frames_to_clip_input, load_audio, load_video_frames, prepare_waveform, sample_frames
 from .prompts import SYSTEM_PROMPT, ChainOfEmpathy, PromptMode, chain_text, context_lines, user_message
+
+if TYPE_CHECKING:
+    from .data.cache import MediaFeatureCache
 
 IGNORE_INDEX = -100
 
@@ -50,10 +55,21 @@ class EncodedExample:
     response_chars: int
     first_turn: int
     """Index of the oldest turn kept after truncation."""
-    audio: List[torch.Tensor] = field(default_factory=list)
-    """``(T,)`` waveforms, one per ``<Aud>`` in order."""
-    video: List[torch.Tensor] = field(default_factory=list)
-    """``(F, 3, S, S)`` encoder inputs, one per ``<Vid>`` in order."""
+    audio: List["MediaItem"] = field(default_factory=list)
+    """One per ``<Aud>`` in order: a ``(T,)`` waveform or cached features."""
+    video: List["MediaItem"] = field(default_factory=list)
+    """One per ``<Vid>`` in order: ``(F, 3, S, S)`` encoder input frames or cached features."""
+
+
+@dataclass
+class MediaItem:
+    """One utterance's audio or video, ready for its encoder, or its cached encoder output."""
+
+    data: torch.Tensor
+    """``(T,)`` waveform, ``(F, 3, S, S)`` frames, or (``cached``) ``(n, D_enc)`` features."""
+    cached: bool = False
+    key: Optional[str] = None
+    """The file's content key in a :class:`~empatheia.data.cache.MediaFeatureCache`."""
 
 
 class EmpatheiaProcessor:
@@ -62,11 +78,14 @@ class EmpatheiaProcessor:
     A batch is a dict with ``input_ids``, ``attention_mask``, ``labels`` and
     ``response_mask`` (all ``(B, L)``), ``response_chars`` ``(B,)``, and, when the prompts
     have placeholders, ``audio`` ``(N_a, T)`` with ``audio_lengths`` ``(N_a,)`` and
-    ``video`` ``(N_v, F, 3, S, S)``, ordered as the placeholders occur row by row.
+    ``video`` ``(N_v, F, 3, S, S)`` with ``video_lengths`` ``(N_v,)`` (zero-padded after
+    the lengths), ordered as the placeholders occur row by row. Items found in a media
+    cache come as ``{audio,video}_cached`` ``(K, n, D_enc)`` with ``_order`` instead.
     """
 
     def __init__(self, config: EmpatheiaConfig, tokenizer: PreTrainedTokenizerBase, ids: SpecialTokenIds):
         self.config = config
+        self.face_cropper = FaceCropper()
         self.tokenizer = tokenizer
         self.ids = ids
         n = config.language_model.num_signal_tokens
@@ -126,12 +145,14 @@ class EmpatheiaProcessor:
         reserve: int = 0,
         first_turn: Optional[int] = None,
         load_media: bool = True,
+        media_cache: Optional["MediaFeatureCache"] = None,
     ) -> EncodedExample:
         """Encode one dialogue. When prompt + target (+ ``reserve`` tokens kept free for
         generation) exceed ``max_length``, the oldest turns are dropped first; if even the
         last turn does not fit, that is an error: the target is never cut. ``first_turn``
         fixes the kept turns instead. ``load_media=False`` leaves the media unread, for a
-        caller that already holds their features."""
+        caller that already holds their features; with ``media_cache`` a file whose
+        encoder output is cached is not read at all."""
         max_length = self.config.language_model.max_length
         if target is not None:
             target_ids, response_mask, response_chars = self._target_ids(target, mode)
@@ -150,36 +171,65 @@ class EmpatheiaProcessor:
                 f"dialogue {dialogue.id}: {total} tokens with only its last turn "
                 f"(target {len(target_ids)}, reserved {reserve}), over language_model.max_length={max_length}"
             )
-        kept = dialogue.turns[start:]
         use_media = load_media and mode is not PromptMode.TEXT
+        audio, video = [], []
+        for index in range(start, len(dialogue.turns)) if use_media else ():
+            turn = dialogue.turns[index]
+            if turn.audio is not None:
+                audio.append(self._media(turn.audio, "audio", dialogue, index, media_cache))
+            if turn.video is not None:
+                video.append(self._media(turn.video, "video", dialogue, index, media_cache))
         return EncodedExample(
             input_ids=torch.cat([prompt_ids, target_ids]),
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),
             response_mask=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), response_mask]),
             response_chars=response_chars,
             first_turn=start,
-            audio=[self._audio(t, dialogue) for t in kept if use_media and t.audio is not None],
-            video=[self._video(t, dialogue) for t in kept if use_media and t.video is not None],
+            audio=audio,
+            video=video,
         )
 
-    def _audio(self, turn: Turn, dialogue: Dialogue) -> torch.Tensor:
-        rate = self.config.speech_encoder.sample_rate
+    def _media(self, source, modality: str, dialogue: Dialogue, index: int, cache: Optional["MediaFeatureCache"]) -> MediaItem:
+        """One turn's audio or video: cached features when the cache has the file, else
+        the encoder input. A bad file is a :class:`DataError` naming it, the dialogue and
+        the turn."""
+        turn = dialogue.turns[index]
         try:
-            if isinstance(turn.audio, (str, Path)):
-                return load_audio(turn.audio, rate)
-            return prepare_waveform(turn.audio, turn.sample_rate, rate)
-        except (ValueError, FileNotFoundError) as error:
-            raise type(error)(f"dialogue {dialogue.id}, {turn.role} turn audio: {error}") from error
+            key = None
+            if isinstance(source, (str, Path)):
+                if cache is not None and Path(source).is_file():
+                    key, features = cache.lookup(modality, source)
+                    if features is not None:
+                        return MediaItem(features, cached=True, key=key)
+            data = self.load_audio(source, turn.sample_rate) if modality == "audio" else self.load_video(source)
+            return MediaItem(data, key=key)
+        except DataError as error:
+            raise DataError(error.reason, file=error.file, record=dialogue.id, field=f"turns[{index}].{modality}") from None
 
-    def _video(self, turn: Turn, dialogue: Dialogue) -> torch.Tensor:
+    def load_audio(self, source, sample_rate: Optional[int] = None) -> torch.Tensor:
+        """A file path, or a waveform at ``sample_rate``, as the ``(T,)`` speech encoder input."""
+        rate = self.config.speech_encoder.sample_rate
+        if isinstance(source, (str, Path)):
+            return load_audio(source, rate)
+        return prepare_waveform(source, sample_rate, rate)
+
+    def load_video(self, source) -> torch.Tensor:
+        """A file path, or ``(F, H, W, 3)`` uint8 frames, as the ``(F', 3, S, S)`` video
+        encoder input: frames taken at ``frame_rate`` (at most ``num_frames``), the face
+        cropped (``face_crop``), resized and normalised."""
         cfg = self.config.video_encoder
-        try:
-            if isinstance(turn.video, (str, Path)):
-                frames = load_video_frames(turn.video, cfg.num_frames)
-            else:
-                frames = sample_frames(torch.as_tensor(turn.video), cfg.num_frames)
-        except (ValueError, FileNotFoundError) as error:
-            raise type(error)(f"dialogue {dialogue.id}, {turn.role} turn video: {error}") from error
+        if isinstance(source, (str, Path)):
+            frames = load_video_frames(source, cfg.num_frames, cfg.frame_rate)
+        else:
+            frames = torch.as_tensor(source)
+            if frames.dim() != 4 or frames.shape[-1] != 3:
+                raise DataError(f"video frames must be (F, H, W, 3), got shape {tuple(frames.shape)}", field="video")
+            if frames.shape[0] == 0:
+                raise DataError("video has no frames", field="video")
+            if frames.shape[0] > cfg.num_frames:
+                frames = sample_frames(frames, cfg.num_frames)
+        if cfg.face_crop:
+            frames = self.face_cropper.crop(frames, source=source if isinstance(source, (str, Path)) else None)
         return frames_to_clip_input(frames, cfg.image_size, cfg.mean, cfg.std)
 
     # ------------------------------------------------------------------ batches
@@ -199,13 +249,8 @@ class EmpatheiaProcessor:
             "response_mask": pad([e.response_mask for e in examples], False),
             "response_chars": torch.tensor([e.response_chars for e in examples]),
         }
-        audio = [a for e in examples for a in e.audio]
-        if audio:
-            batch["audio"] = pad_sequence(audio, batch_first=True)
-            batch["audio_lengths"] = torch.tensor([len(a) for a in audio])
-        video = [v for e in examples for v in e.video]
-        if video:
-            batch["video"] = torch.stack(video)
+        batch.update(_collate_media([a for e in examples for a in e.audio], "audio", "audio_lengths"))
+        batch.update(_collate_media([v for e in examples for v in e.video], "video", "video_lengths"))
         return batch
 
     def __call__(self, dialogues: Sequence[Dialogue], stage: int) -> Dict[str, torch.Tensor]:
@@ -213,6 +258,29 @@ class EmpatheiaProcessor:
         targets and class labels are added by the data pipeline)."""
         mode = stage_mode(stage)
         return self.collate([self.encode(d, mode, Target.for_mode(d, mode)) for d in dialogues])
+
+
+def _collate_media(items: Sequence[MediaItem], modality: str, lengths_key: str) -> Dict[str, object]:
+    """Raw items padded along time with their lengths; cached items stacked, with the
+    order that puts both back in placeholder order (see :func:`merge_features`)."""
+    out: Dict[str, object] = {}
+    if not items:
+        return out
+    raw = [item for item in items if not item.cached]
+    cached = [item for item in items if item.cached]
+    if raw:
+        out[modality] = pad_sequence([item.data for item in raw], batch_first=True)
+        out[lengths_key] = torch.tensor([item.data.shape[0] for item in raw])
+        if any(item.key is not None for item in raw):
+            out[f"{modality}_cache_keys"] = [item.key for item in raw]
+    if cached:
+        out[f"{modality}_cached"] = torch.stack([item.data for item in cached])
+        is_cached = torch.tensor([item.cached for item in items])
+        order = torch.empty(len(items), dtype=torch.long)
+        order[~is_cached] = torch.arange(len(raw))
+        order[is_cached] = len(raw) + torch.arange(len(cached))
+        out[f"{modality}_order"] = order
+    return out
 
 
 def stage_mode(stage: int) -> PromptMode:

@@ -46,7 +46,7 @@ def test_respond_reports_bad_input(tmp_path):
         main(["respond", str(bad), "--out", str(tmp_path / "o")])
     missing_media = tmp_path / "conv.json"
     missing_media.write_text(json.dumps(TRAIN_CONVERSATION))
-    with pytest.raises(SystemExit, match=r"conv.json: .*media file .*dia00042utt0_7.wav not found"):
+    with pytest.raises(SystemExit, match=r"conv.json: .*dia00042utt0_7.wav, record 00042/1, .*audio file not found"):
         main(["respond", str(missing_media), "--media-root", str(tmp_path), "--out", str(tmp_path / "o")])
 
 

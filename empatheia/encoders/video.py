@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import open_clip
 import torch
 
@@ -13,8 +15,8 @@ from .pooling import pool_to_tokens
 class VideoEncoder(FrozenEncoder):
     """Face frames in, ``num_tokens`` tokens per utterance out.
 
-    Each sampled frame is encoded to its CLIP image embedding; the ``num_frames``
-    embeddings of an utterance are average-pooled over time into ``num_tokens`` tokens.
+    Each sampled frame is encoded to its CLIP image embedding; an utterance's embeddings
+    are average-pooled over time into ``num_tokens`` tokens.
     """
 
     def __init__(self, config: VideoEncoderConfig):
@@ -46,16 +48,23 @@ class VideoEncoder(FrozenEncoder):
         return self.config.embed_dim
 
     @torch.no_grad()
-    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+    def forward(self, frames: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
         """
         Args:
-            frames: ``(N, F, 3, S, S)`` normalised frames, ``F = num_frames`` per utterance.
+            frames: ``(N, F, 3, S, S)`` normalised frames, zero-padded after ``lengths``.
+            lengths: ``(N,)`` valid frames per utterance (default: all ``F``).
 
         Returns:
             ``(N, num_tokens, embed_dim)`` features.
         """
         n, f = frames.shape[:2]
         dtype = next(self.visual.parameters()).dtype
-        embeddings = self.visual(frames.flatten(0, 1).to(dtype)).view(n, f, -1)
-        lengths = torch.full((n,), f, device=frames.device)
+        if lengths is None:
+            lengths = torch.full((n,), f, device=frames.device)
+        lengths = lengths.to(frames.device)
+        valid = torch.arange(f, device=frames.device)[None, :] < lengths[:, None]  # (N, F)
+        # Padding frames are never encoded: only the valid ones go through the tower.
+        encoded = self.visual(frames[valid].to(dtype))
+        embeddings = encoded.new_zeros(n, f, encoded.shape[-1])
+        embeddings[valid] = encoded
         return pool_to_tokens(embeddings, lengths, self.config.num_tokens)

@@ -1,0 +1,383 @@
+"""Readers of the dialogue datasets Empatheia trains and evaluates on.
+
+Each reader turns a file into :class:`~empatheia.Dialogue` examples: a dialogue history
+and, for training data, the gold response, Chain of Empathy, emotion label and (with
+media) the response's speech and video. Every label is checked against the model's
+:class:`~empatheia.labels.LabelSets`. Bad input is a :class:`DataError` that names the
+file, the record and the field, or, with ``on_error="skip"``, an entry of the returned
+:class:`DialogueCorpus`'s ``skipped`` report.
+
+Formats
+-------
+``avamerg``
+    The released AvaMERG ``train.json``/``test.json``: a list of conversations, one
+    example per turn; media ``dia{conversation_id}utt{index}_{avatar ID}.wav/.mp4``.
+``ed-conversations``
+    EmpatheticDialogues-style JSONL, one conversation per line (``conv_id``,
+    ``situation``, ``utterances``, ``roles``, ``emotion``): one example per listener
+    utterance, with the situation as the chain's event scenario and the emotion label.
+``ed-responses``
+    EmpatheticDialogues-style JSONL, one example per line (``conv_id``, ``context``,
+    ``response``, ``situation``, ``emotion``), roles alternating speaker first.
+``avatar``
+    This project's JSONL for a new avatar dataset, one example per line; see
+    ``docs/data.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from ..dialogue import Dialogue, Turn
+from ..labels import LabelSets
+from ..prompts import ROLE_NAMES, ChainOfEmpathy
+from .emotions import UnknownEmotionError
+from .errors import DataError, SkipReport
+
+FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")
+CHAIN_FIELDS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")
+PathLike = Union[str, Path]
+
+
+@dataclass
+class DialogueCorpus:
+    """The examples read from one file, and the samples skipped on request."""
+
+    path: Path
+    format: str
+    dialogues: List[Dialogue]
+    skipped: SkipReport = field(default_factory=SkipReport)
+    conversations: int = 0
+    """Conversations in the file (an AvaMERG or ED conversation gives several examples)."""
+
+    def __len__(self) -> int:
+        return len(self.dialogues)
+
+    def __getitem__(self, index: int) -> Dialogue:
+        return self.dialogues[index]
+
+    def __iter__(self) -> Iterator[Dialogue]:
+        return iter(self.dialogues)
+
+
+def read_dataset(
+    path: PathLike,
+    format: str = "auto",
+    media_root: Optional[PathLike] = None,
+    labels: Optional[LabelSets] = None,
+    require_media: bool = True,
+    on_error: str = "raise",
+) -> DialogueCorpus:
+    """Read a dataset file into training/evaluation examples.
+
+    Args:
+        path: the file.
+        format: one of :data:`FORMATS`, or ``"auto"`` to tell from the content.
+        media_root: folder of the media files (AvaMERG names; for ``avatar`` files the
+            paths in the file are relative to it, default: the file's folder). ``None``
+            for AvaMERG reads text only.
+        labels: the label sets the emotion and profile labels are checked against
+            (default: AvaMERG's).
+        require_media: a missing media file is an error (or a skipped sample); with
+            ``False`` the example keeps going without it and lists it in
+            ``missing_media``.
+        on_error: ``"raise"`` on the first bad record, or ``"skip"`` it and report it
+            in the result's ``skipped``.
+    """
+    path = Path(path)
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not path.is_file():
+        raise DataError("file not found", file=path)
+    labels = labels or LabelSets()
+    records = _load_records(path)
+    if format == "auto":
+        format = _detect_format(path, records)
+    readers: Dict[str, Callable] = {
+        "avamerg": _avamerg_examples,
+        "ed-conversations": _ed_conversation_examples,
+        "ed-responses": _ed_response_examples,
+        "avatar": _avatar_examples,
+    }
+    if format not in readers:
+        raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
+    if format == "avatar" and media_root is None:
+        media_root = path.parent
+    corpus = DialogueCorpus(path=path, format=format, dialogues=[], conversations=len(records))
+    context = _ReadContext(path, Path(media_root) if media_root is not None else None, labels, require_media)
+    for record_name, record in records:
+        try:
+            examples = readers[format](record, record_name, context)
+            for example, emotion_field in examples:
+                _check_labels(example, emotion_field, labels)
+        except DataError as error:
+            error = DataError(error.reason, file=error.file or path, record=error.record or record_name, field=error.field)
+            if on_error == "raise":
+                raise error from None
+            corpus.skipped.add(error)
+            continue
+        corpus.dialogues.extend(example for example, _ in examples)
+    return corpus
+
+
+# ---------------------------------------------------------------------- file level
+def _load_records(path: Path) -> List[Tuple[str, Any]]:
+    """``(record name, record)`` pairs: the items of a JSON list, or the lines of JSONL."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DataError(f"not UTF-8 text: {error}", file=path) from None
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataError(f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}", file=path) from None
+        return [(_conversation_name(item, i), item) for i, item in enumerate(data)]
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((f"line {number}", json.loads(line)))
+        except json.JSONDecodeError as error:
+            raise DataError(f"invalid JSON at column {error.colno}: {error.msg}", file=path, record=f"line {number}") from None
+    if not records:
+        raise DataError("no records (the file is empty)", file=path)
+    return records
+
+
+def _conversation_name(item: Any, position: int) -> str:
+    if isinstance(item, dict) and isinstance(item.get("conversation_id"), str):
+        return item["conversation_id"]
+    return f"item {position}"
+
+
+def _detect_format(path: Path, records: List[Tuple[str, Any]]) -> str:
+    first = records[0][1]
+    if isinstance(first, dict):
+        if "turns" in first and "conversation_id" in first:
+            return "avamerg"
+        if "utterances" in first:
+            return "ed-conversations"
+        if "history" in first:
+            return "avatar"
+        if "context" in first and "response" in first:
+            return "ed-responses"
+    raise DataError(
+        f"cannot tell the dataset format from the first record (keys {sorted(first) if isinstance(first, dict) else type(first).__name__}); "
+        f"pass format= one of {list(FORMATS)}",
+        file=path,
+        record=records[0][0],
+    )
+
+
+@dataclass
+class _ReadContext:
+    path: Path
+    media_root: Optional[Path]
+    labels: LabelSets
+    require_media: bool
+
+
+# ---------------------------------------------------------------------- labels
+def _check_labels(dialogue: Dialogue, emotion_field: str, labels: LabelSets) -> None:
+    """Every label of an example must be one the model knows (or folds); ``emotion_field``
+    is where the file holds the emotion, for the error message."""
+    if dialogue.emotion is not None:
+        try:
+            labels.emotion_class(dialogue.emotion)
+        except UnknownEmotionError as error:
+            raise DataError(str(error), record=dialogue.id, field=emotion_field) from None
+    for role, profile in (("speaker", dialogue.speaker_profile), ("listener", dialogue.listener_profile)):
+        for attribute, value in (profile or {}).items():
+            if attribute not in labels.profile:
+                continue  # avatar IDs, names and other descriptive keys
+            try:
+                labels.profile_index(attribute, value)
+            except ValueError as error:
+                raise DataError(str(error), record=dialogue.id, field=f"{role}_profile.{attribute}") from None
+
+
+# ---------------------------------------------------------------------- AvaMERG
+def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
+    if not isinstance(conversation, dict):
+        raise DataError(f"should be an object, got {type(conversation).__name__}", record=name)
+    turns = conversation.get("turns")
+    if not isinstance(turns, list) or not turns:
+        raise DataError("missing or empty" if not turns else f"should be a list, got {type(turns).__name__}", record=name, field="turns")
+    examples = []
+    for position in range(len(turns)):
+        dialogue = Dialogue.from_avamerg(
+            conversation,
+            turn=position,
+            media_root=ctx.media_root,
+            require_media=ctx.require_media,
+            response_media=ctx.media_root is not None and isinstance(turns[position], dict) and "response" in turns[position],
+        )
+        examples.append((dialogue, f"turns[{position}].chain_of_empathy.speaker_emotion"))
+    return examples
+
+
+# ---------------------------------------------------------------------- EmpatheticDialogues
+def _ed_turns(utterances: Sequence[Any], roles: Sequence[Any], name: str, field_name: str) -> List[Turn]:
+    turns = []
+    for i, (text, role) in enumerate(zip(utterances, roles)):
+        if not isinstance(text, str) or not text.strip():
+            raise DataError("should be a non-empty string", record=name, field=f"{field_name}[{i}]")
+        if role not in ROLE_NAMES:
+            raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"roles[{i}]")
+        turns.append(Turn(role=role, text=text))
+    return turns
+
+
+def _ed_fields(record: Any, name: str, required: Sequence[Tuple[str, type]]) -> Dict[str, Any]:
+    if not isinstance(record, dict):
+        raise DataError(f"should be an object, got {type(record).__name__}", record=name)
+    out = {}
+    for key, kind in required:
+        if key not in record:
+            raise DataError("missing", record=name, field=key)
+        if not isinstance(record[key], kind):
+            raise DataError(f"should be {kind.__name__}, got {type(record[key]).__name__}", record=name, field=key)
+        out[key] = record[key]
+    return out
+
+
+def _ed_chain(situation: Optional[str], emotion: str) -> ChainOfEmpathy:
+    # ED annotates the situation and the emotion; it has no cause or goal, and none is made up.
+    return ChainOfEmpathy(event_scenario=(situation or "").strip() or None, speaker_emotion=emotion)
+
+
+def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
+    f = _ed_fields(record, name, [("conv_id", str), ("utterances", list), ("emotion", str)])
+    utterances = f["utterances"]
+    roles = record.get("roles")
+    if roles is None:
+        roles = ["speaker" if i % 2 == 0 else "listener" for i in range(len(utterances))]
+    if not isinstance(roles, list) or len(roles) != len(utterances):
+        raise DataError(f"should be a list as long as 'utterances' ({len(utterances)})", record=name, field="roles")
+    turns = _ed_turns(utterances, roles, name, "utterances")
+    situation = record.get("situation")
+    examples = []
+    for i in range(1, len(turns)):
+        if turns[i].role != "listener":
+            continue
+        dialogue = Dialogue(
+            turns=turns[:i],
+            id=f"{f['conv_id']}/{i}",
+            context=situation,
+            response=turns[i].text,
+            chain=_ed_chain(situation, f["emotion"]),
+        )
+        examples.append((dialogue, "emotion"))
+    return examples
+
+
+def _ed_response_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
+    f = _ed_fields(record, name, [("context", list), ("response", str), ("emotion", str)])
+    if not f["context"]:
+        raise DataError("is empty", record=name, field="context")
+    roles = ["speaker" if i % 2 == 0 else "listener" for i in range(len(f["context"]))]
+    turns = _ed_turns(f["context"], roles, name, "context")
+    conv = record.get("conv_id", name)
+    situation = record.get("situation")
+    dialogue = Dialogue(
+        turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=_ed_chain(situation, f["emotion"])
+    )
+    return [(dialogue, "emotion")]
+
+
+# ---------------------------------------------------------------------- avatar JSONL
+def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
+    if not isinstance(record, dict):
+        raise DataError(f"should be an object, got {type(record).__name__}", record=name)
+    example_id = record.get("id")
+    if not isinstance(example_id, str) or not example_id:
+        raise DataError("missing or not a non-empty string", record=name, field="id")
+    name = example_id
+    profiles = {}
+    for role in ROLE_NAMES:
+        profile = record.get(role)
+        if profile is not None and not isinstance(profile, dict):
+            raise DataError(f"should be an object, got {type(profile).__name__}", record=name, field=role)
+        profiles[role] = profile
+    history = record.get("history")
+    if not isinstance(history, list) or not history:
+        raise DataError("missing, empty or not a list", record=name, field="history")
+    missing: List[str] = []
+    turns = []
+    for i, item in enumerate(history):
+        at = f"history[{i}]"
+        if not isinstance(item, dict):
+            raise DataError(f"should be an object, got {type(item).__name__}", record=name, field=at)
+        role = item.get("role")
+        if role not in ROLE_NAMES:
+            raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"{at}.role")
+        text = item.get("text", "")
+        if not isinstance(text, str):
+            raise DataError(f"should be a string, got {type(text).__name__}", record=name, field=f"{at}.text")
+        audio = _avatar_media(item, "audio", name, at, ctx, missing)
+        video = _avatar_media(item, "video", name, at, ctx, missing)
+        if not text.strip() and audio is None and video is None:
+            raise DataError("a turn needs text, audio or video", record=name, field=at)
+        turns.append(Turn(role=role, text=text, audio=audio, video=video, profile=profiles[role]))
+    response = record.get("response")
+    response_text = response_audio = response_video = None
+    if response is not None:
+        if not isinstance(response, dict):
+            raise DataError(f"should be an object, got {type(response).__name__}", record=name, field="response")
+        response_text = response.get("text")
+        if not isinstance(response_text, str) or not response_text.strip():
+            raise DataError("missing or empty", record=name, field="response.text")
+        response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
+        response_video = _avatar_media(response, "video", name, "response", ctx, missing)
+    chain = None
+    if record.get("chain") is not None:
+        coe = record["chain"]
+        if not isinstance(coe, dict):
+            raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field="chain")
+        unknown = sorted(set(coe) - set(CHAIN_FIELDS))
+        if unknown:
+            raise DataError(f"unknown keys {unknown} (known: {list(CHAIN_FIELDS)})", record=name, field="chain")
+        for key, value in coe.items():
+            if value is not None and not isinstance(value, str):
+                raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=f"chain.{key}")
+        chain = ChainOfEmpathy(**{k: coe.get(k) for k in CHAIN_FIELDS})
+    emotion = record.get("emotion")
+    if emotion is not None and not isinstance(emotion, str):
+        raise DataError(f"should be a string, got {type(emotion).__name__}", record=name, field="emotion")
+    dialogue = Dialogue(
+            turns=turns,
+            id=example_id,
+            context=record.get("context"),
+            speaker_profile=profiles["speaker"],
+            listener_profile=profiles["listener"],
+            response=response_text,
+            chain=chain,
+            response_audio=response_audio,
+            response_video=response_video,
+            emotion=emotion,
+            missing_media=missing,
+    )
+    return [(dialogue, "emotion" if emotion is not None else "chain.speaker_emotion")]
+
+
+def _avatar_media(item: dict, kind: str, name: str, at: str, ctx: _ReadContext, missing: List[str]) -> Optional[Path]:
+    value = item.get(kind)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise DataError(f"should be a file path, got {value!r}", record=name, field=f"{at}.{kind}")
+    path = Path(value)
+    if not path.is_absolute() and ctx.media_root is not None:
+        path = ctx.media_root / path
+    if path.is_file():
+        return path
+    if ctx.require_media:
+        raise DataError(f"{kind} file not found", file=path, record=name, field=f"{at}.{kind}")
+    missing.append(str(path))
+    return None
