@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Union
 import numpy as np
 import torch
 
-from .data.errors import DataError
+from .errors import DataError
 from .prompts import ROLE_NAMES, ChainOfEmpathy
 
 AudioInput = Union[None, str, Path, np.ndarray, torch.Tensor]

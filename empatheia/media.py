@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data.errors import DataError
+from .errors import DataError
 
 MIN_SAMPLE_RATE = 8000
 """Below this, upsampling to the encoder's 16 kHz cannot bring back the speech band."""

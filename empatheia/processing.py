@@ -11,8 +11,8 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
 from .config import EmpatheiaConfig
-from .data.errors import DataError
-from .data.faces import FaceCropper
+from .errors import DataError
+from .faces import FaceCropper
 from .dialogue import Dialogue
 from .language_model import SpecialTokenIds, audio_signal_tokens, video_signal_tokens
 from .media import frames_to_clip_input, load_audio, load_video_frames, prepare_waveform, sample_frames
@@ -167,9 +167,11 @@ class EmpatheiaProcessor:
             if first_turn is not None or total <= max_length:
                 break
         else:
-            raise ValueError(
-                f"dialogue {dialogue.id}: {total} tokens with only its last turn "
-                f"(target {len(target_ids)}, reserved {reserve}), over language_model.max_length={max_length}"
+            raise DataError(
+                f"{total} tokens with only its last turn (target {len(target_ids)}, reserved {reserve}), "
+                f"over language_model.max_length={max_length}; the target is never cut",
+                record=dialogue.id,
+                field="response",
             )
         use_media = load_media and mode is not PromptMode.TEXT
         audio, video = [], []

@@ -32,7 +32,7 @@ import numpy as np
 import soundfile
 import torch
 
-from empatheia.data.errors import DataError
+from empatheia.errors import DataError
 from empatheia.data.gold_features import FeatureSource, extract_gold_features
 
 DELAY_ENV = "EMPATHEIA_TEST_EXTRACTOR_DELAY"

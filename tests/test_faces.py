@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from empatheia.data.errors import DataError
-from empatheia.data.faces import FaceCropper, NoFaceError
+from empatheia.errors import DataError
+from empatheia.faces import FaceCropper, NoFaceError
 from empatheia.media import frames_to_clip_input, load_video_frames
 
 from .conftest import shared_data

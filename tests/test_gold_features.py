@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from empatheia.data.errors import DataError
+from empatheia.errors import DataError
 from empatheia.data.gold_features import (
     FORMAT_VERSION,
     MANIFEST_NAME,

@@ -110,7 +110,7 @@ def test_long_dialogues_drop_the_oldest_turns_first(model):
 def test_a_target_that_cannot_fit_is_an_error_not_a_cut(model):
     model.config.language_model.max_length = 40
     d = make_dialogue(1, audio=False, video=False)
-    with pytest.raises(ValueError, match=r"dialogue test-0-1: .* over language_model.max_length=40"):
+    with pytest.raises(ValueError, match=r"record test-0-1, field .response.: .* over language_model.max_length=40"):
         model.processor.encode(d, PromptMode.TEXT, Target(response=d.response, chain=d.chain))
 
 

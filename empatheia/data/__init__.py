@@ -1,5 +1,35 @@
-"""Datasets for training and evaluation: readers, label folding, media features, batches."""
+"""Datasets for training and evaluation: readers, label folding, media features, batches.
 
-from .errors import DataError, SkipReport, SkippedSample
+See ``docs/data.md`` for the formats and a walk-through.
+"""
 
-__all__ = ["DataError", "SkipReport", "SkippedSample"]
+from .cache import MediaFeatureCache
+from .dataset import StageCollator, StageDataset, StageExample, gold_feature_sources
+from .emotions import EMOTION_FOLD, UnknownEmotionError, fold_emotion
+from ..errors import DataError, SkippedSample, SkipReport
+from ..faces import FaceCropper, NoFaceError
+from .gold_features import FeatureSource, GoldFeatureExtractor, GoldFeatureStore, extract_gold_features
+from .readers import FORMATS, DialogueCorpus, read_dataset
+
+__all__ = [
+    "DataError",
+    "DialogueCorpus",
+    "EMOTION_FOLD",
+    "FORMATS",
+    "FaceCropper",
+    "FeatureSource",
+    "GoldFeatureExtractor",
+    "GoldFeatureStore",
+    "MediaFeatureCache",
+    "NoFaceError",
+    "SkipReport",
+    "SkippedSample",
+    "StageCollator",
+    "StageDataset",
+    "StageExample",
+    "UnknownEmotionError",
+    "extract_gold_features",
+    "fold_emotion",
+    "gold_feature_sources",
+    "read_dataset",
+]

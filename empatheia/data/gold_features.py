@@ -57,7 +57,7 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tupl
 
 import torch
 
-from .errors import DataError, SkippedSample, SkipReport
+from ..errors import DataError, SkippedSample, SkipReport
 
 __all__ = [
     "FeatureSource",

@@ -35,7 +35,7 @@ from ..dialogue import Dialogue, Turn
 from ..labels import LabelSets
 from ..prompts import ROLE_NAMES, ChainOfEmpathy
 from .emotions import UnknownEmotionError
-from .errors import DataError, SkipReport
+from ..errors import DataError, SkipReport
 
 FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")
 CHAIN_FIELDS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")

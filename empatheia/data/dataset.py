@@ -1,0 +1,203 @@
+"""Training examples of each stage and the collator that batches them.
+
+:class:`StageDataset` pairs each dialogue with what its stage trains on (Appendix D.1):
+
+====== ============================ ===================================================
+stage  prompt                       target and gold data
+====== ============================ ===================================================
+1      turn texts                   Chain of Empathy + response (NLL)
+2      turn texts                   same text; gold speech and video content features
+3      ``<Aud> <Vid>`` per turn     the 32 signal tokens; gold speech and video style
+                                    features, emotion and profile labels
+4      texts with placeholders      chain + response + signal tokens; all of the above
+====== ============================ ===================================================
+
+Gold features come from a :class:`~empatheia.data.gold_features.GoldFeatureStore`, keyed
+by the dialogue's ``id``; the emotion label is the dialogue's free-text emotion folded by
+the :class:`~empatheia.labels.LabelSets`; profile labels are the listener's (the avatar
+that responds). A label the data does not have is ``-100`` (ignored by the loss).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import Dataset
+
+from ..dialogue import Dialogue
+from ..labels import LabelSets
+from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, stage_mode
+from .emotions import UnknownEmotionError
+from ..errors import DataError, SkippedSample
+
+if TYPE_CHECKING:
+    from .cache import MediaFeatureCache
+    from .gold_features import FeatureSource, GoldFeatureStore
+
+CONTENT_FEATURES = ("speech_content", "video_content")
+STYLE_FEATURES = ("speech_style", "video_style")
+STAGE_FEATURES = {1: (), 2: CONTENT_FEATURES, 3: STYLE_FEATURES, 4: CONTENT_FEATURES + STYLE_FEATURES}
+
+
+@dataclass
+class StageExample:
+    """One dialogue encoded for a stage, with its gold targets."""
+
+    encoded: EncodedExample
+    features: Dict[str, torch.Tensor] = field(default_factory=dict)
+    """Gold generator features: ``speech_content`` ``(Ls, D)``, ``video_content``
+    ``(Lv, D)``, ``speech_style`` ``(D,)``, ``video_style`` ``(D,)`` as the stage needs."""
+    labels: Dict[str, int] = field(default_factory=dict)
+    """``emotion`` and each profile attribute -> class index (``-100``: unknown)."""
+
+
+class StageDataset(Dataset):
+    """The examples of one training stage.
+
+    Args:
+        dialogues: training dialogues (e.g. a :class:`~empatheia.data.readers.DialogueCorpus`).
+        processor: the model's :class:`~empatheia.processing.EmpatheiaProcessor`.
+        stage: 1-4.
+        gold_features: the store of gold generator features (stages 2-4).
+        labels: label sets (default: the model config's).
+        media_cache: encoder outputs cached on disk; cached files are not read again.
+        on_error: ``"raise"`` on a bad example, or ``"skip"`` it: it comes back as a
+            :class:`~empatheia.errors.SkippedSample` that :class:`StageCollator`
+            reports in the batch's ``skipped`` list.
+    """
+
+    def __init__(
+        self,
+        dialogues: Sequence[Dialogue],
+        processor: EmpatheiaProcessor,
+        stage: int,
+        gold_features: Optional["GoldFeatureStore"] = None,
+        labels: Optional[LabelSets] = None,
+        media_cache: Optional["MediaFeatureCache"] = None,
+        on_error: str = "raise",
+    ):
+        self.mode = stage_mode(stage)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if STAGE_FEATURES[stage] and gold_features is None:
+            raise ValueError(f"stage {stage} trains on gold features {list(STAGE_FEATURES[stage])}: pass gold_features")
+        self.dialogues = dialogues
+        self.processor = processor
+        self.stage = stage
+        self.gold_features = gold_features
+        self.labels = labels or LabelSets.from_config(processor.config.style_disentangler)
+        self.media_cache = media_cache
+        self.on_error = on_error
+
+    def __len__(self) -> int:
+        return len(self.dialogues)
+
+    def __getitem__(self, index: int) -> Union[StageExample, SkippedSample]:
+        dialogue = self.dialogues[index]
+        try:
+            return self.example(dialogue)
+        except DataError as error:
+            if error.record is None:
+                error = DataError(error.reason, error.file, dialogue.id, error.field)
+            if self.on_error == "raise":
+                raise error from None
+            return SkippedSample(error.file, error.record, error.field, error.reason)
+
+    def example(self, dialogue: Dialogue) -> StageExample:
+        if self.mode.value != "text" and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
+            raise DataError(f"stage {self.stage} reads the turns' speech and video, and this dialogue has none", field="turns")
+        if not dialogue.response and self.stage != 3:
+            raise DataError("has no gold response to train on", field="response")
+        encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
+        return StageExample(encoded, self._features(dialogue), self._labels(dialogue))
+
+    def _features(self, dialogue: Dialogue) -> Dict[str, torch.Tensor]:
+        names = STAGE_FEATURES[self.stage]
+        if not names:
+            return {}
+        stored = self.gold_features.get(dialogue.id) if dialogue.id in self.gold_features else None
+        if stored is None:
+            raise DataError(
+                f"no gold features in {self.gold_features} (extract them with `empatheia data extract-features`)",
+                field="gold features",
+            )
+        missing = [n for n in names if n not in stored]
+        if missing:
+            raise DataError(f"the gold feature store has no {missing} for it", field="gold features")
+        cs = self.processor.config.content_synchronizer
+        limits = {"speech_content": cs.max_speech_length, "video_content": cs.max_video_length}
+        for name, limit in limits.items():
+            if name in names and stored[name].shape[0] > limit:
+                raise DataError(
+                    f"{name} has {stored[name].shape[0]} steps, over content_synchronizer's limit of {limit}; "
+                    "targets are never cut",
+                    field=f"gold features.{name}",
+                )
+        return {n: stored[n] for n in names}
+
+    def _labels(self, dialogue: Dialogue) -> Dict[str, int]:
+        if self.stage < 3:
+            return {}
+        labels = {"emotion": IGNORE_INDEX}
+        if dialogue.emotion is not None:
+            try:
+                labels["emotion"] = self.labels.emotion_index(dialogue.emotion)
+            except UnknownEmotionError as error:
+                raise DataError(str(error), field="emotion") from None
+        profile = dialogue.listener_profile or {}
+        for attribute in self.labels.profile:
+            value = profile.get(attribute)
+            labels[attribute] = IGNORE_INDEX
+            if value is not None:
+                try:
+                    labels[attribute] = self.labels.profile_index(attribute, value)
+                except ValueError as error:
+                    raise DataError(str(error), field=f"listener_profile.{attribute}") from None
+        return labels
+
+
+class StageCollator:
+    """Batches :class:`StageExample` items into what :meth:`Empatheia.forward` reads.
+
+    Skipped samples are left out and listed in the batch's ``skipped``; a batch of only
+    skipped samples is ``{"skipped": [...]}``. Gold content features are zero-padded to
+    the longest in the batch with a mask; style features and labels are stacked.
+    """
+
+    def __init__(self, processor: EmpatheiaProcessor):
+        self.processor = processor
+
+    def __call__(self, items: Sequence[Union[StageExample, SkippedSample]]) -> Dict[str, object]:
+        skipped = [item for item in items if isinstance(item, SkippedSample)]
+        examples = [item for item in items if not isinstance(item, SkippedSample)]
+        if not examples:
+            return {"skipped": skipped}
+        batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples])
+        for name in examples[0].features:
+            values = [e.features[name] for e in examples]
+            if name in CONTENT_FEATURES:
+                batch[f"{name}_target"] = pad_sequence(values, batch_first=True)
+                lengths = torch.tensor([v.shape[0] for v in values])
+                batch[f"{name}_mask"] = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+            else:
+                batch[f"{name}_target"] = torch.stack(values)
+        for name in examples[0].labels:
+            batch[f"{name}_label"] = torch.tensor([e.labels[name] for e in examples])
+        if skipped:
+            batch["skipped"] = skipped
+        return batch
+
+
+def gold_feature_sources(dialogues: Sequence[Dialogue]) -> List["FeatureSource"]:
+    """What the gold feature extractors read for each training dialogue: the response's
+    text, speech and video, keyed by the dialogue's ``id``."""
+    from .gold_features import FeatureSource
+
+    return [
+        FeatureSource(key=d.id, text=d.response, audio=d.response_audio, video=d.response_video)
+        for d in dialogues
+        if d.response is not None
+    ]
