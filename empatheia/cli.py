@@ -1,4 +1,10 @@
-"""Command line: ``empatheia respond CONVERSATION.json --out DIR``."""
+"""Command line.
+
+* ``empatheia respond CONVERSATION.json --out DIR``: answer one turn.
+* ``empatheia data check FILE [--media-root DIR]``: what a dataset holds, and what is wrong.
+* ``empatheia data extract-features FILE --out DIR --extractor MODULE:NAME``: gold
+  generator features for training stages 2-4.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +53,7 @@ def respond(args: argparse.Namespace) -> int:
     conversation = _load_conversation(args.conversation_file, args.conversation)
     try:
         dialogue = Dialogue.from_avamerg(conversation, turn=args.turn, media_root=args.media_root)
-    except (KeyError, ValueError, IndexError, FileNotFoundError) as error:
+    except (ValueError, IndexError) as error:
         raise SystemExit(f"error: {args.conversation_file}: {error}")
     start = time.perf_counter()
     dtype = getattr(torch, args.dtype) if args.dtype else None
@@ -67,6 +73,90 @@ def respond(args: argparse.Namespace) -> int:
     return 0
 
 
+def _labels(path: Optional[Path]):
+    """Label sets from a YAML file (``emotions``, ``profile``, ``emotion_fold``), or
+    AvaMERG's."""
+    from .labels import LabelSets
+
+    if path is None:
+        return LabelSets()
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise SystemExit(f"error: {path}: cannot read label sets: {error}")
+    unknown = sorted(set(data) - {"emotions", "profile", "emotion_fold"})
+    if unknown:
+        raise SystemExit(f"error: {path}: unknown keys {unknown} (known: emotions, profile, emotion_fold)")
+    try:
+        return LabelSets(**data)
+    except (TypeError, ValueError) as error:
+        raise SystemExit(f"error: {path}: {error}")
+
+
+def data_check(args: argparse.Namespace) -> int:
+    from .data.check import check_dataset
+    from .errors import DataError
+
+    labels = _labels(args.labels)
+    video = None
+    if args.no_face_check:
+        from .config import VideoEncoderConfig
+
+        video = VideoEncoderConfig(face_crop=False)
+    try:
+        report = check_dataset(
+            args.file, media_root=args.media_root, format=args.format, labels=labels, decode_media=args.decode, video=video
+        )
+    except DataError as error:
+        raise SystemExit(f"error: {error}")
+    print(report.format_text(labels))
+    return 0 if report.ok else 1
+
+
+def _load_extractors(specs: List[str]) -> list:
+    import importlib
+
+    extractors = []
+    for spec in specs:
+        module_name, _, name = spec.partition(":")
+        if not module_name or not name:
+            raise SystemExit(f"error: --extractor {spec!r}: expected MODULE:NAME")
+        try:
+            factory = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError) as error:
+            raise SystemExit(f"error: --extractor {spec!r}: {error}")
+        made = factory() if callable(factory) and not hasattr(factory, "fingerprint") else factory
+        extractors.extend(made if isinstance(made, (list, tuple)) else [made])
+    return extractors
+
+
+def data_extract_features(args: argparse.Namespace) -> int:
+    from .data import extract_gold_features, gold_feature_sources, read_dataset
+    from .data.gold_features import GoldFeatureStoreError
+    from .errors import DataError
+
+    extractors = _load_extractors(args.extractor)
+    on_error = "skip" if args.skip_bad else "raise"
+    try:
+        corpus = read_dataset(args.file, format=args.format, media_root=args.media_root, labels=_labels(args.labels), on_error=on_error)
+        sources = gold_feature_sources(corpus)
+        if not sources:
+            raise SystemExit(f"error: {args.file}: no example has a gold response to extract features from")
+        _progress(f"{len(sources)} responses from {args.file}; extracting {[e.name for e in extractors]} into {args.out}")
+        store = extract_gold_features(
+            sources, extractors, args.out, shard_size=args.shard_size, batch_size=args.batch_size, on_error=on_error
+        )
+    except (DataError, GoldFeatureStoreError) as error:
+        raise SystemExit(f"error: {error}")
+    for skipped in list(corpus.skipped.skipped) + list(store.skipped):
+        print(f"skipped: {skipped}")
+    print(f"{len(store)} of {len(sources)} responses have features {list(store.feature_names)} in {args.out}; "
+          f"{len(corpus.skipped) + len(store.skipped)} sample(s) skipped")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="empatheia", description="Multimodal empathetic response generation.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -83,6 +173,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     p.add_argument("--out", type=Path, required=True, help="directory for response.json")
     p.set_defaults(run=respond)
+
+    data = commands.add_parser("data", help="check datasets and extract gold features").add_subparsers(
+        dest="data_command", required=True
+    )
+
+    def dataset_arguments(p: argparse.ArgumentParser) -> None:
+        from .data.readers import FORMATS
+
+        p.add_argument("file", type=Path, metavar="FILE", help="AvaMERG JSON, EmpatheticDialogues or avatar JSONL")
+        p.add_argument("--media-root", type=Path, help="folder of the media files")
+        p.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+        p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's)")
+
+    p = data.add_parser("check", help="count conversations, turns, media and labels; list every problem")
+    dataset_arguments(p)
+    p.add_argument("--decode", action="store_true", help="also decode every media file and check it")
+    p.add_argument("--no-face-check", action="store_true", help="with --decode: do not look for a face in videos")
+    p.set_defaults(run=data_check)
+
+    p = data.add_parser("extract-features", help="pre-extract gold generator features (resumable)")
+    dataset_arguments(p)
+    p.add_argument("--out", type=Path, required=True, help="feature store directory (rerun to resume)")
+    p.add_argument(
+        "--extractor",
+        action="append",
+        required=True,
+        metavar="MODULE:NAME",
+        help="an extractor, or a function returning one or a list of them (repeatable)",
+    )
+    p.add_argument("--shard-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--skip-bad", action="store_true", help="skip and report bad samples instead of stopping")
+    p.set_defaults(run=data_extract_features)
     return parser
 
 

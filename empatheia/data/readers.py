@@ -111,15 +111,21 @@ def read_dataset(
     for record_name, record in records:
         try:
             examples = readers[format](record, record_name, context)
-            for example, emotion_field in examples:
-                _check_labels(example, emotion_field, labels)
         except DataError as error:
-            error = DataError(error.reason, file=error.file or path, record=error.record or record_name, field=error.field)
-            if on_error == "raise":
-                raise error from None
-            corpus.skipped.add(error)
-            continue
-        corpus.dialogues.extend(example for example, _ in examples)
+            examples = [error]
+        for example in examples:
+            try:
+                if isinstance(example, DataError):
+                    raise example
+                dialogue, emotion_field = example
+                _check_labels(dialogue, emotion_field, labels)
+            except DataError as error:
+                error = DataError(error.reason, file=error.file or path, record=error.record or record_name, field=error.field)
+                if on_error == "raise":
+                    raise error from None
+                corpus.skipped.add(error)
+                continue
+            corpus.dialogues.append(dialogue)
     return corpus
 
 
@@ -203,21 +209,26 @@ def _check_labels(dialogue: Dialogue, emotion_field: str, labels: LabelSets) -> 
 
 
 # ---------------------------------------------------------------------- AvaMERG
-def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
+def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[Union[Tuple[Dialogue, str], DataError]]:
     if not isinstance(conversation, dict):
         raise DataError(f"should be an object, got {type(conversation).__name__}", record=name)
     turns = conversation.get("turns")
     if not isinstance(turns, list) or not turns:
         raise DataError("missing or empty" if not turns else f"should be a list, got {type(turns).__name__}", record=name, field="turns")
-    examples = []
+    # Each turn is its own example: a bad turn is reported (or skipped) alone.
+    examples: List[Union[Tuple[Dialogue, str], DataError]] = []
     for position in range(len(turns)):
-        dialogue = Dialogue.from_avamerg(
-            conversation,
-            turn=position,
-            media_root=ctx.media_root,
-            require_media=ctx.require_media,
-            response_media=ctx.media_root is not None and isinstance(turns[position], dict) and "response" in turns[position],
-        )
+        try:
+            dialogue = Dialogue.from_avamerg(
+                conversation,
+                turn=position,
+                media_root=ctx.media_root,
+                require_media=ctx.require_media,
+                response_media=ctx.media_root is not None and isinstance(turns[position], dict) and "response" in turns[position],
+            )
+        except DataError as error:
+            examples.append(error)
+            continue
         examples.append((dialogue, f"turns[{position}].chain_of_empathy.speaker_emotion"))
     return examples
 
