@@ -134,6 +134,8 @@ class Dialogue:
                 avatar = (profiles[role] or {}).get("ID")
                 found = _media_files(root, cid, index, avatar, require_media, missing, name, where)
                 audio, video = found
+            if not text.strip() and audio is None and video is None:
+                raise DataError("is empty and the utterance has no media", record=name, field=f"{where}.utterance")
             out_turns.append(Turn(role=role, text=text, audio=audio, video=video, profile=profiles[role]))
         response = record.get("response")
         if response is not None and not isinstance(response, str):

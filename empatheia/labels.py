@@ -74,7 +74,8 @@ class LabelSets:
 
     def profile_value(self, attribute: str, value: str) -> str:
         """The canonical spelling of a profile value; ``ValueError`` names an unknown one."""
-        return self.profile[attribute][self.profile_index(attribute, value)]
+        index = self.profile_index(attribute, value)
+        return self.profile[attribute][index]
 
     def profile_index(self, attribute: str, value: str) -> int:
         if attribute not in self._profile_index:

@@ -67,11 +67,12 @@ def prepare_waveform(
         fail(f"audio is {wave.shape[-1] / rate:.3f} s long, shorter than the {MIN_DURATION} s minimum")
     if not torch.isfinite(wave).all():
         fail("audio contains NaN or infinite samples")
+    if wave.dim() == 2:
+        wave = wave.mean(0)
+    # Checked on the mono mix: channels in opposite phase cancel to nothing.
     peak = float(wave.abs().max())
     if peak < SILENCE_PEAK:
         fail(f"audio is silent (peak amplitude {peak:.2e})")
-    if wave.dim() == 2:
-        wave = wave.mean(0)
     if rate != sample_rate:
         import torchaudio.functional
 

@@ -206,7 +206,8 @@ class EmpatheiaProcessor:
             data = self.load_audio(source, turn.sample_rate) if modality == "audio" else self.load_video(source)
             return MediaItem(data, key=key)
         except DataError as error:
-            raise DataError(error.reason, file=error.file, record=dialogue.id, field=f"turns[{index}].{modality}") from None
+            # Same class (a NoFaceError stays one), now saying which dialogue and turn.
+            raise type(error)(error.reason, file=error.file, record=dialogue.id, field=f"turns[{index}].{modality}") from None
 
     def load_audio(self, source, sample_rate: Optional[int] = None) -> torch.Tensor:
         """A file path, or a waveform at ``sample_rate``, as the ``(T,)`` speech encoder input."""

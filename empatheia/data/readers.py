@@ -110,6 +110,8 @@ def read_dataset(
     context = _ReadContext(path, Path(media_root) if media_root is not None else None, labels, require_media)
     for record_name, record in records:
         try:
+            if isinstance(record, DataError):
+                raise record
             examples = readers[format](record, record_name, context)
         except DataError as error:
             examples = [error]
@@ -118,7 +120,8 @@ def read_dataset(
                 if isinstance(example, DataError):
                     raise example
                 dialogue, emotion_field = example
-                _check_labels(dialogue, emotion_field, labels)
+                profile_field = "{role}" if format == "avatar" else "{role}_profile"
+                _check_labels(dialogue, emotion_field, profile_field, labels)
             except DataError as error:
                 error = DataError(error.reason, file=error.file or path, record=error.record or record_name, field=error.field)
                 if on_error == "raise":
@@ -131,7 +134,9 @@ def read_dataset(
 
 # ---------------------------------------------------------------------- file level
 def _load_records(path: Path) -> List[Tuple[str, Any]]:
-    """``(record name, record)`` pairs: the items of a JSON list, or the lines of JSONL."""
+    """``(record name, record)`` pairs: the items of a JSON list, or the lines of JSONL. A
+    JSONL line that is not JSON comes as a :class:`DataError` record, so that it can be
+    skipped alone; a JSON list that does not parse is an error for the whole file."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
@@ -142,15 +147,17 @@ def _load_records(path: Path) -> List[Tuple[str, Any]]:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise DataError(f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}", file=path) from None
-        return [(_conversation_name(item, i), item) for i, item in enumerate(data)]
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append((f"line {number}", json.loads(line)))
-        except json.JSONDecodeError as error:
-            raise DataError(f"invalid JSON at column {error.colno}: {error.msg}", file=path, record=f"line {number}") from None
+        records = [(_conversation_name(item, i), item) for i, item in enumerate(data)]
+    else:
+        records = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError as error:
+                bad = DataError(f"invalid JSON at column {error.colno}: {error.msg}", file=path, record=f"line {number}")
+                records.append((f"line {number}", bad))
     if not records:
         raise DataError("no records (the file is empty)", file=path)
     return records
@@ -163,7 +170,10 @@ def _conversation_name(item: Any, position: int) -> str:
 
 
 def _detect_format(path: Path, records: List[Tuple[str, Any]]) -> str:
-    first = records[0][1]
+    parsed = [(name, record) for name, record in records if not isinstance(record, DataError)]
+    if not parsed:
+        raise records[0][1]
+    name, first = parsed[0]
     if isinstance(first, dict):
         if "turns" in first and "conversation_id" in first:
             return "avamerg"
@@ -177,7 +187,7 @@ def _detect_format(path: Path, records: List[Tuple[str, Any]]) -> str:
         f"cannot tell the dataset format from the first record (keys {sorted(first) if isinstance(first, dict) else type(first).__name__}); "
         f"pass format= one of {list(FORMATS)}",
         file=path,
-        record=records[0][0],
+        record=name,
     )
 
 
@@ -190,9 +200,10 @@ class _ReadContext:
 
 
 # ---------------------------------------------------------------------- labels
-def _check_labels(dialogue: Dialogue, emotion_field: str, labels: LabelSets) -> None:
+def _check_labels(dialogue: Dialogue, emotion_field: str, profile_field: str, labels: LabelSets) -> None:
     """Every label of an example must be one the model knows (or folds); ``emotion_field``
-    is where the file holds the emotion, for the error message."""
+    and ``profile_field`` (``{role}`` filled in) say where the file holds them, for the
+    error message."""
     if dialogue.emotion is not None:
         try:
             labels.emotion_class(dialogue.emotion)
@@ -205,7 +216,7 @@ def _check_labels(dialogue: Dialogue, emotion_field: str, labels: LabelSets) -> 
             try:
                 labels.profile_index(attribute, value)
             except ValueError as error:
-                raise DataError(str(error), record=dialogue.id, field=f"{role}_profile.{attribute}") from None
+                raise DataError(str(error), record=dialogue.id, field=f"{profile_field.format(role=role)}.{attribute}") from None
 
 
 # ---------------------------------------------------------------------- AvaMERG
@@ -215,6 +226,11 @@ def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[U
     turns = conversation.get("turns")
     if not isinstance(turns, list) or not turns:
         raise DataError("missing or empty" if not turns else f"should be a list, got {type(turns).__name__}", record=name, field="turns")
+    for role in ("speaker", "listener"):
+        profile = conversation.get(f"{role}_profile")
+        if profile is not None and not isinstance(profile, dict):
+            # Shared by every turn: one report for the conversation, not one per turn.
+            raise DataError(f"should be an object, got {type(profile).__name__}", record=name, field=f"{role}_profile")
     # Each turn is its own example: a bad turn is reported (or skipped) alone.
     examples: List[Union[Tuple[Dialogue, str], DataError]] = []
     for position in range(len(turns)):
@@ -258,6 +274,13 @@ def _ed_fields(record: Any, name: str, required: Sequence[Tuple[str, type]]) -> 
     return out
 
 
+def _ed_situation(record: dict, name: str) -> Optional[str]:
+    situation = record.get("situation")
+    if situation is not None and not isinstance(situation, str):
+        raise DataError(f"should be a string, got {type(situation).__name__}", record=name, field="situation")
+    return situation
+
+
 def _ed_chain(situation: Optional[str], emotion: str) -> ChainOfEmpathy:
     # ED annotates the situation and the emotion; it has no cause or goal, and none is made up.
     return ChainOfEmpathy(event_scenario=(situation or "").strip() or None, speaker_emotion=emotion)
@@ -271,8 +294,10 @@ def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List
         roles = ["speaker" if i % 2 == 0 else "listener" for i in range(len(utterances))]
     if not isinstance(roles, list) or len(roles) != len(utterances):
         raise DataError(f"should be a list as long as 'utterances' ({len(utterances)})", record=name, field="roles")
+    if not utterances:
+        raise DataError("is empty", record=name, field="utterances")
     turns = _ed_turns(utterances, roles, name, "utterances")
-    situation = record.get("situation")
+    situation = _ed_situation(record, name)
     examples = []
     for i in range(1, len(turns)):
         if turns[i].role != "listener":
@@ -295,7 +320,7 @@ def _ed_response_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tup
     roles = ["speaker" if i % 2 == 0 else "listener" for i in range(len(f["context"]))]
     turns = _ed_turns(f["context"], roles, name, "context")
     conv = record.get("conv_id", name)
-    situation = record.get("situation")
+    situation = _ed_situation(record, name)
     dialogue = Dialogue(
         turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=_ed_chain(situation, f["emotion"])
     )
