@@ -321,3 +321,19 @@ def test_silent_response_audio_is_skipped_in_extraction_with_its_reason(model, c
     assert "00042/0" not in store and "00042/1" in store
     (skipped,) = store.skipped
     assert skipped.record == "00042/0" and "silent" in skipped.reason
+
+
+def test_loader_workers_build_the_same_batches(model, corpus, store, tmp_path):
+    from torch.utils.data import DataLoader
+
+    cache = MediaFeatureCache(tmp_path / "cache", model.config)
+    dataset = StageDataset(corpus, model.processor, 4, gold_features=store, media_cache=cache)
+    collate = StageCollator(model.processor)
+    serial = next(iter(DataLoader(dataset, batch_size=2, collate_fn=collate)))
+    parallel = next(iter(DataLoader(dataset, batch_size=2, collate_fn=collate, num_workers=2)))
+    assert serial.keys() == parallel.keys()
+    for key, value in serial.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, parallel[key]), key
+        else:
+            assert value == parallel[key], key
