@@ -11,9 +11,9 @@ from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
 from .config import EmpatheiaConfig
+from .dialogue import Dialogue
 from .errors import DataError
 from .faces import FaceCropper
-from .dialogue import Dialogue
 from .language_model import SpecialTokenIds, audio_signal_tokens, video_signal_tokens
 from .media import frames_to_clip_input, load_audio, load_video_frames, prepare_waveform, sample_frames
 from .prompts import SYSTEM_PROMPT, ChainOfEmpathy, PromptMode, chain_text, context_lines, user_message
