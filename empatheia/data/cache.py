@@ -68,8 +68,6 @@ class MediaFeatureCache:
         # Hashing is cheap next to decoding but not free; a file whose size and mtime have
         # not changed keeps its digest for the life of this object.
         self._digests: Dict[Tuple[str, int, int], str] = {}
-        self.hits = 0
-        self.misses = 0
 
     def key(self, path: Union[str, Path]) -> str:
         stat = os.stat(path)
@@ -87,9 +85,7 @@ class MediaFeatureCache:
         key = self.key(path)
         file = self._file(modality, key)
         if file.is_file():
-            self.hits += 1
             return key, load_file(str(file))["features"]
-        self.misses += 1
         return key, None
 
     def store(self, modality: str, key: str, features: torch.Tensor) -> None:
@@ -141,9 +137,5 @@ def merge_features(batch: Dict[str, object], modality: str, raw: Optional[torch.
     cached = batch.get(f"{modality}_cached")
     if cached is None:
         return raw
-    cached = cached.to(raw.device if raw is not None else cached.device)
-    if raw is None:
-        rows = cached
-    else:
-        rows = torch.cat([raw, cached.to(raw.dtype)])
+    rows = cached if raw is None else torch.cat([raw, cached.to(raw.device, raw.dtype)])
     return rows[batch[f"{modality}_order"].to(rows.device)]

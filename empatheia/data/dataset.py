@@ -30,6 +30,7 @@ from torch.utils.data import Dataset
 from ..dialogue import Dialogue
 from ..labels import LabelSets
 from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, stage_mode
+from ..prompts import PromptMode
 from .emotions import UnknownEmotionError
 from ..errors import DataError, SkippedSample
 
@@ -107,7 +108,7 @@ class StageDataset(Dataset):
             return SkippedSample(error.file, error.record, error.field, error.reason)
 
     def example(self, dialogue: Dialogue) -> StageExample:
-        if self.mode.value != "text" and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
+        if self.mode is not PromptMode.TEXT and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
             raise DataError(f"stage {self.stage} reads the turns' speech and video, and this dialogue has none", field="turns")
         if not dialogue.response and self.stage != 3:
             raise DataError("has no gold response to train on", field="response")

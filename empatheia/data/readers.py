@@ -106,8 +106,12 @@ def read_dataset(
         raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
     if format == "avatar" and media_root is None:
         media_root = path.parent
-    corpus = DialogueCorpus(path=path, format=format, dialogues=[], conversations=len(records))
-    context = _ReadContext(path, Path(media_root) if media_root is not None else None, labels, require_media)
+    conversations = len(records)
+    if format == "ed-responses":
+        # One line per response: several lines share a conversation.
+        conversations = len({r.get("conv_id", n) if isinstance(r, dict) else n for n, r in records})
+    corpus = DialogueCorpus(path=path, format=format, dialogues=[], conversations=conversations)
+    context = _ReadContext(path, Path(media_root) if media_root is not None else None, require_media)
     for record_name, record in records:
         try:
             if isinstance(record, DataError):
@@ -195,7 +199,6 @@ def _detect_format(path: Path, records: List[Tuple[str, Any]]) -> str:
 class _ReadContext:
     path: Path
     media_root: Optional[Path]
-    labels: LabelSets
     require_media: bool
 
 
@@ -387,17 +390,17 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
     if emotion is not None and not isinstance(emotion, str):
         raise DataError(f"should be a string, got {type(emotion).__name__}", record=name, field="emotion")
     dialogue = Dialogue(
-            turns=turns,
-            id=example_id,
-            context=record.get("context"),
-            speaker_profile=profiles["speaker"],
-            listener_profile=profiles["listener"],
-            response=response_text,
-            chain=chain,
-            response_audio=response_audio,
-            response_video=response_video,
-            emotion=emotion,
-            missing_media=missing,
+        turns=turns,
+        id=example_id,
+        context=record.get("context"),
+        speaker_profile=profiles["speaker"],
+        listener_profile=profiles["listener"],
+        response=response_text,
+        chain=chain,
+        response_audio=response_audio,
+        response_video=response_video,
+        emotion=emotion,
+        missing_media=missing,
     )
     return [(dialogue, "emotion" if emotion is not None else "chain.speaker_emotion")]
 
