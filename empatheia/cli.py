@@ -4,6 +4,8 @@
 * ``empatheia data check FILE [--media-root DIR]``: what a dataset holds, and what is wrong.
 * ``empatheia data extract-features FILE --out DIR --extractor MODULE:NAME``: gold
   generator features for training stages 2-4.
+* ``empatheia train CONFIG.yaml [--set key=value ...] [--resume]``: run a training recipe
+  (one process, or N under ``torchrun``/``deepspeed``).
 """
 
 from __future__ import annotations
@@ -80,19 +82,10 @@ def _labels(path: Optional[Path]):
 
     if path is None:
         return LabelSets()
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise SystemExit(f"error: {path}: cannot read label sets: {error}")
-    unknown = sorted(set(data) - {"emotions", "profile", "emotion_fold"})
-    if unknown:
-        raise SystemExit(f"error: {path}: unknown keys {unknown} (known: emotions, profile, emotion_fold)")
-    try:
-        return LabelSets(**data)
-    except (TypeError, ValueError) as error:
-        raise SystemExit(f"error: {path}: {error}")
+        return LabelSets.from_yaml(path)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
 
 
 def data_check(args: argparse.Namespace) -> int:
@@ -157,6 +150,25 @@ def data_extract_features(args: argparse.Namespace) -> int:
     return 0
 
 
+def train(args: argparse.Namespace) -> int:
+    import importlib
+
+    from .errors import DataError
+    from .training import ConfigError, TrainingDiverged, load_train_config
+
+    try:
+        config = load_train_config(args.config, args.set or [])
+        recipe = importlib.import_module(f"training.{config.recipe}")
+        if recipe.STAGE is not None and recipe.STAGE != config.stage:
+            raise ConfigError(f"{args.config}: recipe {config.recipe} is stage {recipe.STAGE} but stage is {config.stage}")
+        result = recipe.run(config, resume=args.resume)
+    except (ConfigError, DataError, TrainingDiverged) as error:
+        raise SystemExit(f"error: {error}")
+    if result.is_main:
+        print(json.dumps({"final": str(result.final_dir), "steps": result.state.step, "examples": result.state.examples}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="empatheia", description="Multimodal empathetic response generation.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -206,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--skip-bad", action="store_true", help="skip and report bad samples instead of stopping")
     p.set_defaults(run=data_extract_features)
+
+    p = commands.add_parser("train", help="run a training stage or fine-tuning recipe from its YAML config")
+    p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
+    p.set_defaults(run=train)
     return parser
 
 

@@ -10,7 +10,8 @@ names what does not fit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Union
 
 if TYPE_CHECKING:
     from .config import StyleDisentanglerConfig
@@ -58,6 +59,27 @@ class LabelSets:
         self._profile_index = {
             attr: {_key(v): i for i, v in enumerate(values)} for attr, values in self.profile.items()
         }
+
+    @classmethod
+    def from_yaml(cls, path: "Union[str, Path]") -> "LabelSets":
+        """Label sets from a YAML file with ``emotions``, ``profile`` and ``emotion_fold``;
+        a problem is a ``ValueError`` naming the file."""
+        import yaml
+
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"{path}: cannot read label sets: {error}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping with emotions, profile and emotion_fold")
+        unknown = sorted(set(data) - {"emotions", "profile", "emotion_fold"})
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {unknown} (known: emotions, profile, emotion_fold)")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{path}: {error}") from None
 
     @classmethod
     def from_config(cls, config: "StyleDisentanglerConfig", emotion_fold: Optional[Mapping[str, str]] = None) -> "LabelSets":

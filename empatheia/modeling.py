@@ -17,6 +17,7 @@ from .data.cache import merge_features
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
+from .labels import LabelSets
 from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER, build_language_model, build_tokenizer, special_token_ids
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target
 from .projector import Projector
@@ -138,6 +139,47 @@ class Empatheia(nn.Module):
             for _, param in params:
                 param.requires_grad_(key in trainable)
         self.stage = stage
+        return self
+
+    # ================================================================== labels
+    def label_sets(self) -> LabelSets:
+        """The classes the Style Disentangler's classifiers predict."""
+        return LabelSets.from_config(self.config.style_disentangler)
+
+    def set_label_sets(self, labels: LabelSets) -> "Empatheia":
+        """Classify a new dataset's emotions and profile attributes (downstream
+        fine-tuning). Classes the model already knows keep their classifier rows; new
+        ones start from fresh rows (seeded by the config); the rest of the Style
+        Disentangler is kept."""
+        sd = self.style_disentangler
+        old = self.label_sets()
+
+        reference = sd.emotion_classifier.weight
+
+        def resized(layer: Optional[nn.Linear], old_names: Sequence[str], new_names: Sequence[str]) -> nn.Linear:
+            fresh = nn.Linear(sd.config.d_model, len(new_names)).to(reference.device, reference.dtype)
+            if layer is None:
+                return fresh
+            with torch.no_grad():
+                for row, name in enumerate(new_names):
+                    if name in old_names:
+                        fresh.weight[row] = layer.weight[old_names.index(name)]
+                        fresh.bias[row] = layer.bias[old_names.index(name)]
+            return fresh
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed + 1)
+            sd.emotion_classifier = resized(sd.emotion_classifier, old.emotions, labels.emotions)
+            heads = nn.ModuleDict()
+            for attribute, values in labels.profile.items():
+                known = attribute in sd.profile_classifiers
+                layer = sd.profile_classifiers[attribute] if known else None
+                heads[attribute] = resized(layer, old.profile.get(attribute, []), values)
+            sd.profile_classifiers = heads
+        self.config.style_disentangler.emotion_labels = list(labels.emotions)
+        self.config.style_disentangler.profile_labels = {k: list(v) for k, v in labels.profile.items()}
+        if self.stage is not None:
+            self.set_stage(self.stage)
         return self
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:

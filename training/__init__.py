@@ -1,6 +1,5 @@
-"""Training recipes for the four Empatheia stages.
-
-The losses and the parameters each stage trains live in the model
-(:meth:`empatheia.Empatheia.forward` and :meth:`empatheia.Empatheia.set_stage`); the
-recipes that drive them with an optimiser, checkpoints and DeepSpeed are added here.
+"""Training recipes: one module per stage of the curriculum (§5) and one for downstream
+fine-tuning. Each has ``run(config, resume=False)``; ``empatheia train CONFIG.yaml`` picks
+the recipe named by the config's ``recipe`` key. The parts they compose live in
+:mod:`empatheia.training`.
 """

@@ -53,6 +53,8 @@ class StageExample:
     ``(Lv, D)``, ``speech_style`` ``(D,)``, ``video_style`` ``(D,)`` as the stage needs."""
     labels: Dict[str, int] = field(default_factory=dict)
     """``emotion`` and each profile attribute -> class index (``-100``: unknown)."""
+    id: Optional[str] = None
+    """The dialogue's id, carried into the batch's ``ids`` so errors can name examples."""
 
 
 class StageDataset(Dataset):
@@ -113,7 +115,7 @@ class StageDataset(Dataset):
         if not dialogue.response and self.stage != 3:
             raise DataError("has no gold response to train on", field="response")
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
-        return StageExample(encoded, self._features(dialogue), self._labels(dialogue))
+        return StageExample(encoded, self._features(dialogue), self._labels(dialogue), dialogue.id)
 
     def _features(self, dialogue: Dialogue) -> Dict[str, torch.Tensor]:
         names = STAGE_FEATURES[self.stage]
@@ -164,8 +166,9 @@ class StageCollator:
     """Batches :class:`StageExample` items into what :meth:`Empatheia.forward` reads.
 
     Skipped samples are left out and listed in the batch's ``skipped``; a batch of only
-    skipped samples is ``{"skipped": [...]}``. Gold content features are zero-padded to
-    the longest in the batch with a mask; style features and labels are stacked.
+    skipped samples is ``{"skipped": [...]}``. ``ids`` lists the examples' dialogue ids.
+    Gold content features are zero-padded to the longest in the batch with a mask; style
+    features and labels are stacked.
     """
 
     def __init__(self, processor: EmpatheiaProcessor):
@@ -177,6 +180,7 @@ class StageCollator:
         if not examples:
             return {"skipped": skipped}
         batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples])
+        batch["ids"] = [e.id for e in examples]
         for name in examples[0].features:
             values = [e.features[name] for e in examples]
             if name in CONTENT_FEATURES:

@@ -1,0 +1,237 @@
+"""The configuration of one training run, read from a stage's YAML file.
+
+Every recipe reads the same :class:`TrainConfig`; ``empatheia train CONFIG.yaml --set
+key=value`` overrides any key by its dotted name (``optim.learning_rate=1e-4``). Table 9
+of the paper gives the defaults of :class:`OptimConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import yaml
+
+RECIPES = ("stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "finetune_avatar")
+
+
+class ConfigError(ValueError):
+    """A training config that cannot be used; the message names the file and the key."""
+
+
+@dataclass
+class ModelSection:
+    preset: str = "tiny"
+    """The preset a stage-1 run builds; later stages check that their starting point was
+    trained from the same preset."""
+    init: Optional[str] = None
+    """Where to start: the previous stage's output directory (its ``final/`` is loaded) or
+    a directory written by ``save_pretrained``. Required from stage 2 on."""
+    overrides: Dict[str, Any] = field(default_factory=dict)
+    """Dotted model config keys, e.g. ``language_model.pretrained: /models/vicuna-7b``."""
+    dtype: Optional[str] = None
+    """Weights of the language model: ``bfloat16``, ``float16`` or ``float32``."""
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataSection:
+    train: Optional[str] = None
+    """The training file: AvaMERG JSON, EmpatheticDialogues JSONL or avatar JSONL (stage 1
+    also takes text-only files)."""
+    eval: Optional[str] = None
+    format: str = "auto"
+    media_root: Optional[str] = None
+    gold_features: Optional[str] = None
+    """Gold generator features of ``train`` (stages 2-4), from ``empatheia data
+    extract-features``."""
+    eval_gold_features: Optional[str] = None
+    labels: Optional[str] = None
+    """A YAML of the dataset's own label sets (``emotions``, ``profile``,
+    ``emotion_fold``); default: the model's."""
+    media_cache: Optional[str] = None
+    on_error: str = "raise"
+    """``raise`` at the first unusable example, or ``skip`` it and list it in
+    ``skipped.jsonl``."""
+    num_workers: int = 0
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with warm-up and a decaying schedule; the defaults are Table 9's."""
+
+    batch_size: int = 4
+    """Micro-batch per process."""
+    gradient_accumulation_steps: int = 8
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.001
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    scheduler: str = "cosine"
+    """``cosine``, ``linear`` or ``constant`` (all after ``warmup_steps``)."""
+    warmup_steps: int = 0
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "stage1_coe"
+    stage: int = 1
+    max_steps: int = 1000
+    """Optimizer steps (each ``batch_size x gradient_accumulation_steps x processes``
+    examples)."""
+    output_dir: str = "runs/stage1_coe"
+    seed: int = 42
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    mixed_precision: str = "auto"
+    """``auto`` (bf16 on GPUs that have it, else fp16 on GPUs, none on the CPU), ``bf16``,
+    ``fp16`` or ``no``."""
+    deepspeed: Optional[str] = None
+    """A DeepSpeed JSON (``configs/deepspeed/zero2.json``); ``null`` runs ZeRO stage 0."""
+    logging_steps: int = 10
+    eval_steps: Optional[int] = None
+    save_steps: int = 500
+    save_total_limit: Optional[int] = 3
+    """Keep this many newest checkpoints (``null``: all)."""
+    tensorboard: bool = True
+    progress: bool = True
+
+    def validate(self, source: str = "config") -> "TrainConfig":
+        def bad(key: str, message: str) -> ConfigError:
+            return ConfigError(f"{source}: {key}: {message}")
+
+        if self.recipe not in RECIPES:
+            raise bad("recipe", f"unknown recipe {self.recipe!r}; choose one of {list(RECIPES)}")
+        if self.stage not in (1, 2, 3, 4):
+            raise bad("stage", f"must be 1, 2, 3 or 4, got {self.stage!r}")
+        if not self.data.train:
+            raise bad("data.train", "no training file given")
+        if not self.output_dir:
+            raise bad("output_dir", "no output directory given")
+        for key in ("max_steps", "logging_steps", "save_steps", "optim.batch_size", "optim.gradient_accumulation_steps"):
+            value = get_key(self, key)
+            if not isinstance(value, int) or value < 1:
+                raise bad(key, f"must be a positive integer, got {value!r}")
+        if self.save_total_limit is not None and (not isinstance(self.save_total_limit, int) or self.save_total_limit < 1):
+            raise bad("save_total_limit", f"must be a positive integer or null, got {self.save_total_limit!r}")
+        if self.eval_steps is not None and (not isinstance(self.eval_steps, int) or self.eval_steps < 1):
+            raise bad("eval_steps", f"must be a positive integer or null, got {self.eval_steps!r}")
+        if self.optim.scheduler not in ("cosine", "linear", "constant"):
+            raise bad("optim.scheduler", f"must be cosine, linear or constant, got {self.optim.scheduler!r}")
+        if self.mixed_precision not in ("auto", "bf16", "fp16", "no"):
+            raise bad("mixed_precision", f"must be auto, bf16, fp16 or no, got {self.mixed_precision!r}")
+        if self.data.on_error not in ("raise", "skip"):
+            raise bad("data.on_error", f"must be raise or skip, got {self.data.on_error!r}")
+        if self.model.dtype not in (None, "bfloat16", "float16", "float32"):
+            raise bad("model.dtype", f"must be bfloat16, float16, float32 or null, got {self.model.dtype!r}")
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save_yaml(self, path: Union[str, Path]) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+_SECTIONS = {"model": ModelSection, "data": DataSection, "optim": OptimConfig}
+# Mappings whose keys are free (model config keys), not fields of ours.
+_FREE_MAPPINGS = {"model.overrides"}
+
+
+def load_train_config(path: Union[str, Path], sets: Sequence[str] = ()) -> TrainConfig:
+    """Read a stage config and apply ``key=value`` overrides (values are YAML: ``1e-4``,
+    ``null``, ``[0.9, 0.95]``). Unknown keys and malformed values are errors naming the
+    file and the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {error}") from None
+        _set_dotted(data, key.strip(), value, f"--set {item!r}")
+    return _build(TrainConfig, data, str(path), prefix="").validate(str(path))
+
+
+def get_key(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
+    return node
+
+
+def _set_dotted(data: Dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    *path, leaf = dotted.split(".")
+    node = data
+    for part in path:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {part!r} is not a section")
+        node = child
+    node[leaf] = value
+
+
+def _build(cls, data: Dict[str, Any], source: str, prefix: str):
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, value in data.items():
+        key = f"{prefix}{name}"
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; known keys: {sorted(prefix + k for k in known)}"
+            raise ConfigError(f"{source}: unknown config key {key!r}{hint}")
+        section = _SECTIONS.get(name) if not prefix else None
+        if section is not None:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: {key} must be a mapping, got {value!r}")
+            value = _build(section, value, source, prefix=f"{key}.")
+        elif key in _FREE_MAPPINGS and not isinstance(value, dict):
+            raise ConfigError(f"{source}: {key} must be a mapping of model config keys, got {value!r}")
+        else:
+            value = _coerce(value, known[name].type, key, source)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, annotation: str, key: str, source: str) -> Any:
+    """Check a scalar against its field's type. YAML reads ``5e-5`` (no dot) as a string,
+    so numeric strings are accepted for floats."""
+    optional = annotation.startswith("Optional[")
+    base = annotation[len("Optional[") : -1] if optional else annotation
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{source}: {key} cannot be null")
+    if base == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{source}: {key} must be a number, got {value!r}")
+    if base == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{source}: {key} must be an integer, got {value!r}")
+    if base == "bool" and not isinstance(value, bool):
+        raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if base == "str" and not isinstance(value, str):
+        raise ConfigError(f"{source}: {key} must be a string, got {value!r}")
+    return value

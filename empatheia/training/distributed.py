@@ -1,0 +1,165 @@
+"""Process group set-up and the DeepSpeed config of a run.
+
+Every run goes through DeepSpeed, from one process on a laptop CPU to N GPUs launched by
+``deepspeed`` or ``torchrun``: one code path, with ZeRO stage 0 when no DeepSpeed file is
+given. On machines without GPUs the collectives use gloo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+import torch.distributed as dist
+
+from .config import ConfigError, TrainConfig
+
+_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass
+class ProcessInfo:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_processes() -> ProcessInfo:
+    """Join the process group a launcher set up (``RANK``, ``WORLD_SIZE``, ... in the
+    environment), or start a group of one. DeepSpeed reads ``LOCAL_RANK`` from the
+    environment even for one process, so a lone process gets the launcher's variables."""
+    import deepspeed
+
+    if "RANK" not in os.environ:
+        os.environ.update(
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+        )
+    missing = [name for name in _LAUNCHER_VARIABLES if name not in os.environ]
+    if missing:
+        raise RuntimeError(f"the launcher set RANK but not {missing}; launch with torchrun or deepspeed")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    if not dist.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
+    return ProcessInfo(dist.get_rank(), local_rank, dist.get_world_size(), device)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def resolve_precision(config: TrainConfig, device: torch.device) -> str:
+    """``bf16``, ``fp16`` or ``no``."""
+    if config.mixed_precision != "auto":
+        return config.mixed_precision
+    if device.type != "cuda":
+        return "no"
+    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+
+
+# Keys of a DeepSpeed file that the stage config decides; the file may say "auto" or the
+# same value, and anything else is a contradiction worth stopping for.
+def _decided_by_stage_config(config: TrainConfig, world_size: int, precision: str) -> Dict[str, Any]:
+    optim = config.optim
+    return {
+        "train_micro_batch_size_per_gpu": optim.batch_size,
+        "gradient_accumulation_steps": optim.gradient_accumulation_steps,
+        "train_batch_size": optim.batch_size * optim.gradient_accumulation_steps * world_size,
+        "gradient_clipping": optim.max_grad_norm,
+        "bf16.enabled": precision == "bf16",
+        "fp16.enabled": precision == "fp16",
+    }
+
+
+def deepspeed_config(config: TrainConfig, world_size: int, precision: str) -> Dict[str, Any]:
+    """The DeepSpeed config of a run: the file named by ``config.deepspeed`` (or ZeRO stage
+    0) with the batch, accumulation, clipping and precision of the stage config filled in.
+
+    The optimizer and LR schedule are built by the recipe, so a file that defines its own
+    ``optimizer`` or ``scheduler`` is refused rather than silently ignored.
+    """
+    if config.deepspeed is None:
+        ds: Dict[str, Any] = {"zero_optimization": {"stage": 0}}
+        source = "the default DeepSpeed config"
+    else:
+        path = Path(config.deepspeed)
+        source = str(path)
+        if not path.is_file():
+            raise ConfigError(f"deepspeed: {path} not found")
+        try:
+            ds = json.loads(path.read_text())
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}: not valid JSON: {error}") from None
+    for section in ("optimizer", "scheduler"):
+        if section in ds:
+            raise ConfigError(
+                f"{source}: has an {section!r} section; the recipe builds the optimizer and schedule from the "
+                f"stage config's optim section, so remove it and set optim.* instead"
+            )
+    for dotted, value in _decided_by_stage_config(config, world_size, precision).items():
+        *path, leaf = dotted.split(".")
+        node = ds
+        for part in path:
+            node = node.setdefault(part, {})
+        current = node.get(leaf, "auto")
+        if current != "auto" and current != value:
+            raise ConfigError(
+                f"{source}: {dotted} is {current!r} but the stage config gives {value!r}; "
+                f"write \"auto\" in the DeepSpeed file to take the stage config's value"
+            )
+        node[leaf] = value
+    # A client optimizer (torch AdamW) under ZeRO is fine; DeepSpeed asks to be told.
+    ds.setdefault("zero_allow_untested_optimizer", True)
+    ds.setdefault("steps_per_print", 10**9)
+    ds.setdefault("wall_clock_breakdown", False)
+    return ds
+
+
+def barrier() -> None:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def all_reduce_mean(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        values = values.clone()
+        dist.all_reduce(values)
+        values /= dist.get_world_size()
+    return values
+
+
+def any_process(flag: bool, device: torch.device) -> bool:
+    """True on every process when ``flag`` is True on any of them."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def gather_objects(obj: Any) -> list:
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def zero_stage(ds_config: Optional[Dict[str, Any]]) -> int:
+    return int((ds_config or {}).get("zero_optimization", {}).get("stage", 0))

@@ -1,0 +1,398 @@
+"""The training loop every recipe runs: DeepSpeed does gradient accumulation, mixed
+precision, clipping and ZeRO; this file decides what is read, logged, evaluated and saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..errors import SkippedSample
+from ..modeling import Empatheia
+from . import checkpoint as ckpt
+from .config import ConfigError, TrainConfig
+from .data import StageData, eval_batches, to_device, train_loader
+from .distributed import (
+    ProcessInfo,
+    all_reduce_mean,
+    any_process,
+    barrier,
+    deepspeed_config,
+    gather_objects,
+    init_processes,
+    resolve_precision,
+    zero_stage,
+)
+
+METRICS_NAME = "metrics.jsonl"
+SKIPPED_NAME = "skipped.jsonl"
+CONFIG_NAME = "train_config.yaml"
+FINAL_DIR = "final"
+# Keys a resumed run must share with the run it continues; max_steps may grow.
+_RESUME_KEYS = ("recipe", "stage", "seed", "model", "data", "optim", "deepspeed", "mixed_precision")
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message names the step and the batch."""
+
+
+@dataclass
+class TrainResult:
+    model: Empatheia
+    """The trained model (on this process's device)."""
+    output_dir: Path
+    final_dir: Path
+    state: ckpt.TrainerState
+    is_main: bool
+    """Whether this is the main process (the one that wrote the files)."""
+
+
+def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool = False) -> TrainResult:
+    """Train ``model`` on ``data`` for ``config.stage`` and write ``config.output_dir``:
+    ``metrics.jsonl``, ``checkpoint-STEP/`` every ``save_steps``, and ``final/``.
+
+    With ``resume``, continue from the newest complete checkpoint; a resumed run ends with
+    the weights an uninterrupted one would have.
+    """
+    import deepspeed
+
+    proc = init_processes()
+    _seed_everything(config.seed + proc.rank)
+    output_dir = Path(config.output_dir)
+    start_from = _prepare_output_dir(output_dir, config, resume, proc)
+    precision = resolve_precision(config, proc.device)
+    ds_config = deepspeed_config(config, proc.world_size, precision)
+
+    model.set_stage(config.stage)
+    if config.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.to(proc.device)
+    optimizer = _optimizer(model, config)
+    scheduler = _scheduler(optimizer, config)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
+
+    state = ckpt.TrainerState()
+    if start_from is not None:
+        state = _restore(start_from, engine, model, proc, ds_config)
+    log = _RunLog(output_dir, config, proc)
+    log.note(
+        f"stage {config.stage} ({config.recipe}): {len(data.train)} training examples, "
+        f"{proc.world_size} process(es), micro-batch {config.optim.batch_size} x "
+        f"{config.optim.gradient_accumulation_steps} accumulation, precision {precision}, "
+        f"ZeRO stage {zero_stage(ds_config)}"
+        + (f"; resuming from {start_from.name}" if start_from is not None else "")
+    )
+    log.skipped(data.skipped.skipped)
+
+    batches = iter(train_loader(data.train, config, proc.rank, proc.world_size, start=state.micro_steps))
+    progress = tqdm(
+        total=config.max_steps,
+        initial=state.step,
+        desc=f"stage {config.stage}",
+        disable=not (proc.is_main and config.progress),
+        dynamic_ncols=True,
+    )
+    window: List[Dict[str, float]] = []
+    started = time.perf_counter()
+    accumulation = config.optim.gradient_accumulation_steps
+    while state.step < config.max_steps:
+        terms: Dict[str, float] = {}
+        examples, skipped = 0, []
+        for micro in range(accumulation):
+            batch = next(batches)
+            state.micro_steps += 1
+            skipped += batch.get("skipped", [])
+            ids = batch.get("ids", [])
+            examples += len(ids)
+            if ids:
+                outputs = engine(to_device(batch, proc.device))
+            else:  # every example of this micro-batch was skipped: keep the processes in step
+                outputs = {"loss": _zero_loss(model)}
+            _check_finite(outputs["loss"], state, micro, ids, config, output_dir, proc)
+            engine.backward(outputs["loss"])
+            engine.step()
+            values = torch.stack([v.detach().float() for v in outputs.values()]).tolist()
+            for name, value in zip(outputs, values):
+                terms[name] = terms.get(name, 0.0) + value / accumulation
+        state.step += 1
+        if config.data.on_error == "skip":
+            log.skipped([s for rank_skipped in gather_objects(skipped) for s in rank_skipped])
+        terms["examples"] = examples
+        reduced = _reduce_terms(terms, proc)
+        state.examples += round(reduced.pop("examples") * proc.world_size)
+        window.append(reduced)
+        progress.update(1)
+        progress.set_postfix(loss=f"{reduced['loss']:.4f}")
+        if state.step % config.logging_steps == 0 or state.step == config.max_steps:
+            grad_norm = engine.get_global_grad_norm()
+            extra = {
+                "lr": scheduler.get_last_lr()[0],
+                "epoch": round(state.micro_steps / _batches_per_epoch(data, config, proc), 4),
+                "examples": state.examples,
+                "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
+            log.metrics(state.step, "train", _mean(window), extra)
+            window = []
+        if data.eval is not None and config.eval_steps and state.step % config.eval_steps == 0:
+            log.metrics(state.step, "eval", evaluate(engine, data, config, proc), {})
+        if state.step % config.save_steps == 0 or state.step == config.max_steps:
+            _save_checkpoint(output_dir, engine, model, state, config, proc, ds_config)
+    progress.close()
+    final_dir = output_dir / FINAL_DIR
+    with ckpt.atomic_directory(final_dir, proc.is_main) as tmp:
+        _save_model(model, tmp, proc, ds_config)
+    log.note(f"wrote {final_dir}")
+    log.close()
+    return TrainResult(model, output_dir, final_dir, state, proc.is_main)
+
+
+# ---------------------------------------------------------------------- pieces
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over the stage's trainable parameters; biases and norms get no decay."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.ndim >= 2 else no_decay).append(param)
+    if not decay and not no_decay:
+        raise ConfigError(f"stage {config.stage} leaves no parameter to train")
+    optim = config.optim
+    groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=optim.learning_rate, betas=tuple(optim.betas), eps=optim.eps
+    )
+
+
+def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    warmup, total, kind = config.optim.warmup_steps, config.max_steps, config.optim.scheduler
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        if kind == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if kind == "linear":
+            return 1.0 - progress
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _zero_loss(model: nn.Module) -> torch.Tensor:
+    """A loss of 0 that touches every trainable parameter, so backward still syncs."""
+    return sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
+
+
+def _batches_per_epoch(data: StageData, config: TrainConfig, proc: ProcessInfo) -> int:
+    return math.ceil(len(data.train) / (config.optim.batch_size * proc.world_size))
+
+
+def _check_finite(
+    loss: torch.Tensor,
+    state: ckpt.TrainerState,
+    micro: int,
+    ids: List[str],
+    config: TrainConfig,
+    output_dir: Path,
+    proc: ProcessInfo,
+) -> None:
+    bad = not bool(torch.isfinite(loss.detach()).all())
+    if not any_process(bad, proc.device):
+        return
+    culprits = [i for rank_ids in gather_objects(ids if bad else []) for i in rank_ids]
+    last = ckpt.latest_checkpoint(output_dir)
+    kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+    raise TrainingDiverged(
+        f"stage {config.stage}: the loss became {float(loss.detach())} at step {state.step + 1} "
+        f"(micro-batch {micro + 1} of {config.optim.gradient_accumulation_steps}, batch {state.micro_steps} of "
+        f"this run), on examples {culprits}; training stopped before this update, and {kept}"
+    )
+
+
+def _reduce_terms(terms: Dict[str, float], proc: ProcessInfo) -> Dict[str, float]:
+    names = sorted(terms)
+    values = all_reduce_mean(torch.tensor([terms[n] for n in names], dtype=torch.float64, device=proc.device))
+    return dict(zip(names, values.tolist()))
+
+
+def _mean(window: List[Dict[str, float]]) -> Dict[str, float]:
+    names = sorted({k for row in window for k in row})
+    return {n: sum(row.get(n, 0.0) for row in window) / len(window) for n in names}
+
+
+@torch.no_grad()
+def evaluate(engine, data: StageData, config: TrainConfig, proc: ProcessInfo) -> Dict[str, float]:
+    """Mean loss terms over ``data.eval``, over all processes."""
+    from ..data import StageCollator
+
+    engine.eval()
+    collate = StageCollator(data.eval.processor)
+    sums: Dict[str, float] = {}
+    count = 0.0
+    for indices, counts in eval_batches(len(data.eval), config.optim.batch_size, proc.rank, proc.world_size):
+        batch = collate([data.eval[i] for i in indices])
+        if "ids" not in batch:
+            continue
+        outputs = engine(to_device(batch, proc.device))
+        if counts:
+            n = len(batch["ids"])
+            count += n
+            for name, value in outputs.items():
+                sums[name] = sums.get(name, 0.0) + float(value) * n
+    engine.train()
+    names = sorted(sums)
+    totals = torch.tensor([sums.get(n, 0.0) for n in names] + [count], dtype=torch.float64, device=proc.device)
+    totals = all_reduce_mean(totals) * proc.world_size
+    return {n: float(v) / max(1.0, float(totals[-1])) for n, v in zip(names, totals[:-1])}
+
+
+# ---------------------------------------------------------------------- saving
+def _trained_parameters(model: Empatheia) -> List[nn.Parameter]:
+    return [p for key, group in model.parameter_groups().items() if key != "frozen" for _, p in group]
+
+
+def _save_model(model: Empatheia, directory: Path, proc: ProcessInfo, ds_config: Dict) -> None:
+    """``save_pretrained`` from the main process; under ZeRO-3 every process first
+    gathers the trained parameters it holds a shard of."""
+    import deepspeed
+
+    gather = deepspeed.zero.GatheredParameters(_trained_parameters(model)) if zero_stage(ds_config) == 3 else contextlib.nullcontext()
+    with gather:
+        if proc.is_main:
+            model.save_pretrained(directory)
+
+
+def _save_checkpoint(output_dir: Path, engine, model: Empatheia, state, config: TrainConfig, proc, ds_config) -> None:
+    final = output_dir / f"checkpoint-{state.step}"
+    with ckpt.atomic_directory(final, proc.is_main) as tmp:
+        _save_model(model, tmp / ckpt.MODEL_DIR, proc, ds_config)
+        engine.save_checkpoint(str(tmp / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG, exclude_frozen_parameters=True)
+        ckpt.save_rng(tmp, proc.rank, proc.device)
+        barrier()
+        if proc.is_main:
+            state.save(tmp / ckpt.STATE_NAME)
+    if proc.is_main:
+        ckpt.rotate_checkpoints(output_dir, config.save_total_limit)
+    barrier()
+
+
+def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_config: Dict) -> ckpt.TrainerState:
+    import safetensors.torch
+
+    from ..modeling import WEIGHTS_NAME
+
+    # Parts trained by earlier stages first, then the engine's state for this stage's.
+    import deepspeed
+
+    weights = directory / ckpt.MODEL_DIR / WEIGHTS_NAME
+    zero3 = zero_stage(ds_config) == 3
+    gather = deepspeed.zero.GatheredParameters(_trained_parameters(model), modifier_rank=0) if zero3 else contextlib.nullcontext()
+    with gather:
+        model.load_trained_state_dict(safetensors.torch.load_file(str(weights)), source=str(weights))
+    path, _ = engine.load_checkpoint(
+        str(directory / ckpt.ENGINE_DIR),
+        tag=ckpt.ENGINE_TAG,
+        load_module_strict=False,
+        load_optimizer_states=True,
+        load_lr_scheduler_states=True,
+    )
+    if path is None:
+        raise RuntimeError(f"DeepSpeed could not load its state from {directory / ckpt.ENGINE_DIR}")
+    ckpt.load_rng(directory, proc.rank, proc.device)
+    return ckpt.TrainerState.load(directory / ckpt.STATE_NAME)
+
+
+def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, proc: ProcessInfo) -> Optional[Path]:
+    """The checkpoint to resume from (or ``None``), after refusing to overwrite a run or to
+    resume one with different settings."""
+    existing = ckpt.latest_checkpoint(output_dir)
+    saved_config = output_dir / CONFIG_NAME
+    if existing is not None and not resume:
+        raise ConfigError(
+            f"output_dir {output_dir} already holds {existing.name}; pass --resume to continue that run "
+            "or choose another output_dir"
+        )
+    if resume and existing is not None and saved_config.is_file():
+        from .config import load_train_config
+
+        previous = load_train_config(saved_config).to_dict()
+        current = config.to_dict()
+        changed = [k for k in _RESUME_KEYS if previous.get(k) != current.get(k)]
+        if changed:
+            raise ConfigError(
+                f"--resume: {saved_config} differs from this config in {changed}; a resumed run must keep them "
+                "(only max_steps and logging settings may change)"
+            )
+    barrier()
+    if proc.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.remove_partial_checkpoints(output_dir)
+        config.save_yaml(saved_config)
+        if existing is None:
+            for name in (METRICS_NAME, SKIPPED_NAME):
+                (output_dir / name).unlink(missing_ok=True)
+        else:
+            ckpt.truncate_metrics(output_dir / METRICS_NAME, ckpt.TrainerState.load(existing / ckpt.STATE_NAME).step)
+    barrier()
+    return existing
+
+
+class _RunLog:
+    """``metrics.jsonl``, ``skipped.jsonl``, TensorBoard and messages, from the main
+    process only."""
+
+    def __init__(self, output_dir: Path, config: TrainConfig, proc: ProcessInfo):
+        self.active = proc.is_main
+        self.output_dir = output_dir
+        self.writer = None
+        if self.active and config.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(output_dir / "tensorboard"))
+
+    def note(self, message: str) -> None:
+        if self.active:
+            tqdm.write(f"[empatheia] {message}")
+
+    def metrics(self, step: int, split: str, values: Dict[str, float], extra: Dict[str, object]) -> None:
+        if not self.active:
+            return
+        row = {"step": step, "split": split, **{k: round(v, 6) for k, v in values.items()}, **extra}
+        with open(self.output_dir / METRICS_NAME, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.writer is not None:
+            for key, value in {**values, **extra}.items():
+                if isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"{split}/{key}", value, step)
+            self.writer.flush()
+
+    def skipped(self, samples: List[SkippedSample]) -> None:
+        if not (self.active and samples):
+            return
+        with open(self.output_dir / SKIPPED_NAME, "a") as f:
+            for s in samples:
+                f.write(json.dumps({"file": str(s.file), "record": s.record, "field": s.field, "reason": s.reason}) + "\n")
+        for s in samples:
+            tqdm.write(f"[empatheia] skipped: {s}")
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()

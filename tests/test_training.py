@@ -1,0 +1,294 @@
+"""Training recipes on the tiny preset, in this process: each stage learns and changes
+exactly its own parameters, the stages chain into a model that responds, fine-tuning on a
+new avatar dataset with its own labels, and every clear failure the recipes promise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from empatheia import Dialogue, Empatheia, Turn
+from empatheia.data import DataError
+from empatheia.labels import LabelSets
+from empatheia.modeling import STAGE_GROUPS
+from empatheia.training import ConfigError, TrainingDiverged, load_train_config
+
+from training import finetune_avatar, stage1_coe, stage2_ccl, stage3_sac, stage4_joint
+
+from .training_helpers import (
+    STAGE_CONFIGS,
+    extract_tiny_gold_features,
+    final_weights,
+    read_metrics,
+    tiny_config,
+    write_avatar_dataset,
+)
+
+RECIPES = {1: stage1_coe, 2: stage2_ccl, 3: stage3_sac, 4: stage4_joint}
+
+
+@pytest.fixture(scope="module")
+def avatar(tmp_path_factory):
+    root = tmp_path_factory.mktemp("avatar")
+    train = write_avatar_dataset(root)
+    return train, extract_tiny_gold_features(train, root / "gold")
+
+
+@pytest.fixture(scope="module")
+def stage1_output(tmp_path_factory):
+    """A saved tiny model standing in for a previous stage's output directory."""
+    out = tmp_path_factory.mktemp("previous")
+    Empatheia.from_preset("tiny").save_pretrained(out / "final")
+    return out
+
+
+def _snapshot(model: Empatheia):
+    return {key: {n: p.detach().clone() for n, p in params} for key, params in model.parameter_groups().items()}
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3, 4])
+def test_each_stage_learns_and_changes_only_its_parameters(stage, avatar, stage1_output, tmp_path):
+    train, gold = avatar
+    config = tiny_config(
+        stage, tmp_path / "run", train, gold=gold if stage > 1 else None, init=stage1_output if stage > 1 else None
+    )
+    recipe = RECIPES[stage]
+    model = stage1_coe.start_model(config, require_init=stage > 1)
+    before = _snapshot(model)
+    data = recipe.build_stage_data(config, model.processor, model.label_sets())
+    result = recipe.train(config, model, data)
+
+    losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
+    assert len(losses) == config.max_steps
+    assert sum(losses[-2:]) < 0.97 * sum(losses[:2]), losses
+
+    after = _snapshot(result.model)
+    changed_groups = set()
+    for key, params in before.items():
+        for name, value in params.items():
+            if torch.equal(value, after[key][name]):
+                continue
+            assert key in STAGE_GROUPS[stage], f"stage {stage} changed {name} of the {key} group"
+            changed_groups.add(key)
+    # What each stage's loss reaches; stage 1's text prompts hold no media or signal tokens.
+    expected = {1: {"lora"}, 2: {"content_synchronizer"}, 3: {"style_disentangler"},
+                4: {"lora", "signal_rows", "content_synchronizer", "style_disentangler"}}[stage]
+    assert expected <= changed_groups, (stage, changed_groups)
+
+    reloaded = Empatheia.from_pretrained(tmp_path / "run" / "final")
+    for name, value in reloaded.state_dict().items():
+        assert torch.equal(value, result.model.state_dict()[name]), name
+
+
+def test_stages_chain_into_a_model_that_responds(avatar, tmp_path):
+    train, gold = avatar
+    previous = None
+    for stage in (1, 2, 3, 4):
+        out = tmp_path / f"stage{stage}"
+        config = tiny_config(stage, out, train, gold=gold if stage > 1 else None, init=previous, max_steps=3)
+        RECIPES[stage].run(config)
+        assert (out / "final" / "empatheia.safetensors").is_file()
+        previous = out
+    # Each stage started from the last one: stage 2 kept stage 1's LoRA, and so on.
+    lora = [k for k in final_weights(tmp_path / "stage1") if "lora_" in k]
+    for key in lora:
+        assert torch.equal(final_weights(tmp_path / "stage1")[key], final_weights(tmp_path / "stage3")[key])
+    assert any(not torch.equal(final_weights(tmp_path / "stage3")[k], final_weights(tmp_path / "stage4")[k]) for k in lora)
+
+    model = Empatheia.from_pretrained(tmp_path / "stage4" / "final")
+    response = model.respond(Dialogue([Turn("speaker", "I lost my wallet on the bus today.")]), max_new_tokens=8)
+    assert isinstance(response.text, str)
+    assert response.emotion.label in model.config.style_disentangler.emotion_labels
+    assert response.speech_content.shape[-1] == model.config.content_synchronizer.speech_content_dim
+
+
+def test_stage_one_reads_a_text_only_file(tmp_path):
+    conversations = tmp_path / "ed.jsonl"
+    conversations.write_text(
+        json.dumps(
+            {
+                "conv_id": "hit:1_conv:2",
+                "situation": "My sister visited after two years abroad.",
+                "emotion": "joyful",
+                "utterances": ["My sister came home today!", "That is lovely, you must have missed her.",
+                               "So much, we talked all night.", "Enjoy every minute with her."],
+            }
+        )
+        + "\n"
+    )
+    config = tiny_config(1, tmp_path / "run", conversations, max_steps=2, **{"optim.batch_size": 2})
+    result = stage1_coe.run(config)
+    assert result.state.step == 2 and result.state.examples == 4
+    assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2]
+
+
+def test_finetuning_on_an_avatar_dataset_with_its_own_labels(tmp_path, stage1_output):
+    labels_file = tmp_path / "labels.yaml"
+    labels_file.write_text(
+        "emotions: [calm, stressed, upbeat]\n"
+        "profile: {gender: [male, female], accent: [us, uk]}\n"
+        "emotion_fold: {excited: upbeat, sad: stressed, angry: stressed, afraid: stressed}\n"
+    )
+    labels = LabelSets.from_yaml(labels_file)
+    profiles = {"gender": "female", "accent": "uk"}
+    train = write_avatar_dataset(tmp_path / "data", listener=profiles)
+    gold = extract_tiny_gold_features(train, tmp_path / "gold", labels=labels)
+    config = tiny_config(
+        "finetune", tmp_path / "run", train, gold=gold, init=stage1_output, **{"data.labels": str(labels_file)}
+    )
+    assert config.recipe == "finetune_avatar" and config.stage == 4
+    start = Empatheia.from_pretrained(stage1_output / "final")
+    result = finetune_avatar.run(config)
+
+    model = Empatheia.from_pretrained(tmp_path / "run" / "final")
+    sd = model.config.style_disentangler
+    assert sd.emotion_labels == ["calm", "stressed", "upbeat"]
+    assert sd.profile_labels == {"gender": ["male", "female"], "accent": ["us", "uk"]}
+    assert model.style_disentangler.emotion_classifier.out_features == 3
+    assert set(model.style_disentangler.profile_classifiers) == {"gender", "accent"}
+    losses = read_metrics(tmp_path / "run")
+    assert "loss_cls_accent" in losses[0] and "loss_cls_age" not in losses[0]
+    assert losses[-1]["loss"] < losses[0]["loss"]
+    # The Content Synchronizer and the rest carried over from the starting model and trained on.
+    assert not torch.equal(start.content_synchronizer.speech_out.weight, model.content_synchronizer.speech_out.weight)
+    response = model.respond(Dialogue([Turn("speaker", "Work has been a lot lately.")]), max_new_tokens=4)
+    assert response.emotion.label in {"calm", "stressed", "upbeat"}
+    assert result.final_dir == tmp_path / "run" / "final"
+
+
+def test_set_label_sets_keeps_the_rows_of_known_classes():
+    model = Empatheia.from_preset("tiny")
+    old = model.style_disentangler.emotion_classifier.weight.detach().clone()
+    old_gender = model.style_disentangler.profile_classifiers["gender"].weight.detach().clone()
+    model.set_label_sets(LabelSets(["happy", "calm", "sad"], {"gender": ["female", "male", "other"]}))
+    new = model.style_disentangler.emotion_classifier.weight
+    assert torch.equal(new[0], old[1]) and torch.equal(new[2], old[0])  # happy, sad kept
+    gender = model.style_disentangler.profile_classifiers["gender"].weight
+    assert torch.equal(gender[0], old_gender[1]) and torch.equal(gender[1], old_gender[0])
+    assert gender.shape[0] == 3 and list(model.style_disentangler.profile_classifiers) == ["gender"]
+
+
+# ---------------------------------------------------------------------- failures
+def test_unknown_config_keys_and_bad_values_name_the_key(tmp_path):
+    base = STAGE_CONFIGS[1]
+    with pytest.raises(ConfigError, match=r"unknown config key 'optim.lr'; known keys: \[.*'optim.learning_rate'"):
+        load_train_config(base, ["optim.lr=1e-4"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'optim.learning_rat'; did you mean 'optim.learning_rate'"):
+        load_train_config(base, ["optim.learning_rat=1e-4"])
+    with pytest.raises(ConfigError, match=r"unknown config key 'max_step'"):
+        load_train_config(base, ["max_step=3"])
+    with pytest.raises(ConfigError, match=r"max_steps must be an integer"):
+        load_train_config(base, ["max_steps=three"])
+    with pytest.raises(ConfigError, match=r"expected key=value"):
+        load_train_config(base, ["max_steps"])
+    assert load_train_config(base, ["optim.learning_rate=1e-4"]).optim.learning_rate == 1e-4  # YAML's "1e-4" string
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("recipe: stage1_coe\nstage: 1\ndata: {train: x.jsonl, shuffle: true}\n")
+    with pytest.raises(ConfigError, match=rf"{bad}: unknown config key 'data.shuffle'"):
+        load_train_config(bad)
+
+
+def test_deepspeed_files_that_contradict_the_stage_config_are_refused(tmp_path, avatar):
+    from empatheia.training.distributed import deepspeed_config
+
+    train, _ = avatar
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 8}))
+    config = tiny_config(1, tmp_path / "run", train, deepspeed=str(ds))
+    with pytest.raises(ConfigError, match=r"train_micro_batch_size_per_gpu is 8 but the stage config gives 4"):
+        deepspeed_config(config, world_size=1, precision="no")
+    ds.write_text(json.dumps({"optimizer": {"type": "Adam"}}))
+    with pytest.raises(ConfigError, match=r"'optimizer' section"):
+        deepspeed_config(config, world_size=1, precision="no")
+    shipped = tiny_config(1, tmp_path / "run", train, deepspeed=str(STAGE_CONFIGS[1].parents[1] / "deepspeed/zero2.json"))
+    resolved = deepspeed_config(shipped, world_size=2, precision="bf16")
+    assert resolved["zero_optimization"]["stage"] == 2
+    assert resolved["train_batch_size"] == 4 * 1 * 2 and resolved["bf16"]["enabled"] and not resolved["fp16"]["enabled"]
+
+
+def test_table9_values_are_the_stage_defaults():
+    for stage in (1, 2, 3, 4):
+        optim = load_train_config(STAGE_CONFIGS[stage]).optim
+        assert (optim.batch_size, optim.gradient_accumulation_steps) == (4, 8)
+        assert (optim.learning_rate, optim.weight_decay) == (5e-5, 0.001)
+        assert load_train_config(STAGE_CONFIGS[stage]).deepspeed == "configs/deepspeed/zero2.json"
+
+
+def test_a_stage_without_previous_output_says_so(tmp_path, avatar):
+    train, gold = avatar
+    config = tiny_config(2, tmp_path / "run", train, gold=gold, init=tmp_path / "runs" / "stage1_coe")
+    with pytest.raises(ConfigError, match=r"stage1_coe does not exist; stage 2 starts from the previous stage's output"):
+        stage2_ccl.run(config)
+    (tmp_path / "runs" / "stage1_coe" / "checkpoint-5").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"holds no trained model .* resume it with --resume"):
+        stage2_ccl.run(config)
+    with pytest.raises(ConfigError, match=r"model.init: stage 3 starts from the previous stage's output directory"):
+        stage3_sac.run(tiny_config(3, tmp_path / "run", train, gold=gold))
+
+
+def test_a_previous_stage_of_another_preset_is_refused(tmp_path, avatar, stage1_output):
+    train, gold = avatar
+    config = tiny_config(2, tmp_path / "run", train, gold=gold, init=stage1_output, **{"model.preset": "paper"})
+    with pytest.raises(ConfigError, match=r"model.preset is 'paper' but .* was trained from the 'tiny' preset"):
+        stage2_ccl.run(config)
+
+
+def test_data_without_the_stage_targets_is_refused(tmp_path, avatar, stage1_output):
+    train, gold = avatar
+    with pytest.raises(ConfigError, match=r"data.gold_features: stage 2 trains on gold generator features"):
+        stage2_ccl.run(tiny_config(2, tmp_path / "run", train, init=stage1_output))
+    test_form = tmp_path / "test.json"
+    test_form.write_text(json.dumps([{"conversation_id": "00001", "turns": [{"turn_id": 0, "context": "c",
+        "dialogue_history": [{"index": 0, "role": "speaker", "utterance": "I passed my exam!"}]}]}]))
+    with pytest.raises(DataError, match=r"none of its 1 examples has what stage 1 trains on.*no gold response"):
+        stage1_coe.run(tiny_config(1, tmp_path / "run", test_form))
+    # Gold features for only some examples: the first one without is named.
+    partial = tmp_path / "partial.jsonl"
+    lines = train.read_text().splitlines()
+    partial.write_text("\n".join(lines + [lines[0].replace('"avatar/0"', '"avatar/new"')]) + "\n")
+    with pytest.raises(DataError, match=r"record avatar/new, field 'gold features': has no gold features"):
+        stage2_ccl.run(tiny_config(2, tmp_path / "run2", partial, gold=gold, init=stage1_output, **{"data.media_root": str(train.parent)}))
+    result = stage2_ccl.run(tiny_config(2, tmp_path / "run3", partial, gold=gold, init=stage1_output, max_steps=1,
+                                        **{"data.on_error": "skip", "data.media_root": str(train.parent)}))
+    skipped = [json.loads(line) for line in (tmp_path / "run3" / "skipped.jsonl").read_text().splitlines()]
+    assert [(s["record"], s["field"]) for s in skipped] == [("avatar/new", "gold features")]
+    assert result.state.step == 1
+
+
+def test_a_nan_loss_stops_naming_the_step_and_batch_and_keeps_the_last_checkpoint(tmp_path, avatar, monkeypatch):
+    train, _ = avatar
+    config = tiny_config(1, tmp_path / "run", train, max_steps=6, save_steps=2, **{"optim.batch_size": 2})
+    forward = Empatheia.forward
+    calls = []
+
+    def failing_forward(self, batch, stage=None):
+        out = forward(self, batch, stage)
+        calls.append(batch["ids"])
+        if len(calls) == 4:
+            out["loss"] = out["loss"] * float("nan")
+        return out
+
+    monkeypatch.setattr(Empatheia, "forward", failing_forward)
+    with pytest.raises(TrainingDiverged) as error:
+        stage1_coe.run(config)
+    message = str(error.value)
+    assert "at step 4 (micro-batch 1 of 1" in message and str(calls[3]) in message
+    assert f"the last good checkpoint is {tmp_path / 'run' / 'checkpoint-2'}" in message
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not (tmp_path / "run" / "final").exists()
+
+
+def test_an_existing_run_is_not_overwritten_and_resume_keeps_its_settings(tmp_path, avatar):
+    train, _ = avatar
+    stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=2, save_steps=1))
+    with pytest.raises(ConfigError, match=r"already holds checkpoint-2; pass --resume"):
+        stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=2))
+    with pytest.raises(ConfigError, match=r"differs from this config in \['optim'\]"):
+        stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, **{"optim.learning_rate": 5e-3}), resume=True)
+    # Growing max_steps continues the same run.
+    result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1), resume=True)
+    assert result.state.step == 4
+    assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
