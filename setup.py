@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "generators", "training"],
+    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "generators", "training"],
     install_requires=[
         "torch>=2.4",
         "torchaudio>=2.4",
@@ -27,6 +27,10 @@ setup(
         "opencv-python-headless>=4.8,<5",
         "tqdm>=4.60",
     ],
-    extras_require={"test": ["pytest>=8"]},
+    extras_require={
+        # Training runs on DeepSpeed (one process or many) and logs to TensorBoard.
+        "train": ["deepspeed>=0.16", "tensorboard>=2.14"],
+        "test": ["pytest>=8", "deepspeed>=0.16", "tensorboard>=2.14"],
+    },
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

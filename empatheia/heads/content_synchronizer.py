@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -11,8 +12,7 @@ from ..config import ContentSynchronizerConfig
 from .transformer_vae import TransformerVAE, feed_forward
 
 
-@dataclass
-class ContentOutput:
+class ContentOutput(NamedTuple):
     speech: torch.Tensor
     """``(B, Ls, speech_content_dim)`` speech content C^s, one row per phoneme."""
     speech_mask: torch.Tensor

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, NamedTuple
 
 import torch
 from torch import nn
@@ -12,8 +11,7 @@ from ..config import StyleDisentanglerConfig
 from .transformer_vae import TransformerVAE, feed_forward
 
 
-@dataclass
-class StyleOutput:
+class StyleOutput(NamedTuple):
     speech_style: torch.Tensor
     """``(B, speech_style_dim)`` S^s = style layer of E^s ⊕ P^s, for the speech generator."""
     video_style: torch.Tensor

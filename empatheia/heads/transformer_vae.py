@@ -4,8 +4,7 @@ Gaussian latent, and a decoder in which the same queries read the sampled latent
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import nn
@@ -23,8 +22,7 @@ def _decoder_stack(d_model: int, num_heads: int, num_layers: int, ffn_dim: int, 
     return nn.TransformerDecoder(layer, num_layers, norm=nn.LayerNorm(d_model))
 
 
-@dataclass
-class VAEOutput:
+class VAEOutput(NamedTuple):
     features: torch.Tensor
     """``(B, Q, d_model)`` decoder output, one vector per query."""
     mean: torch.Tensor

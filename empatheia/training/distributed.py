@@ -38,7 +38,10 @@ def init_processes() -> ProcessInfo:
     """Join the process group a launcher set up (``RANK``, ``WORLD_SIZE``, ... in the
     environment), or start a group of one. DeepSpeed reads ``LOCAL_RANK`` from the
     environment even for one process, so a lone process gets the launcher's variables."""
-    import deepspeed
+    try:
+        import deepspeed
+    except ImportError as error:
+        raise ImportError(f"training runs on DeepSpeed, which is not installed: pip install 'empatheia[train]' ({error})") from None
 
     if "RANK" not in os.environ:
         os.environ.update(

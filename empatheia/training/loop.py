@@ -121,6 +121,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
                 outputs = {"loss": _zero_loss(model)}
             _check_finite(outputs["loss"], state, micro, ids, config, output_dir, proc)
             engine.backward(outputs["loss"])
+            if micro == accumulation - 1 and zero_stage(ds_config) == 0:
+                grad_norm = _grad_norm(model)  # ZeRO 0 clips without keeping the norm
             engine.step()
             values = torch.stack([v.detach().float() for v in outputs.values()]).tolist()
             for name, value in zip(outputs, values):
@@ -135,7 +137,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         progress.update(1)
         progress.set_postfix(loss=f"{reduced['loss']:.4f}")
         if state.step % config.logging_steps == 0 or state.step == config.max_steps:
-            grad_norm = engine.get_global_grad_norm()
+            if zero_stage(ds_config) > 0:
+                grad_norm = engine.get_global_grad_norm()
             extra = {
                 "lr": scheduler.get_last_lr()[0],
                 "epoch": round(state.micro_steps / _batches_per_epoch(data, config, proc), 4),
@@ -194,6 +197,11 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.o
         return 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _grad_norm(model: nn.Module) -> float:
+    grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))) if grads else 0.0
 
 
 def _zero_loss(model: nn.Module) -> torch.Tensor:

@@ -1,0 +1,149 @@
+"""Training throughput of a stage through the real recipe loop (DeepSpeed, checkpoints
+off); prints numbers only.
+
+    python bench/bench_training.py --preset tiny --stage 4
+    python bench/bench_training.py --preset paper-random --stage 1 --batch 4 --steps 12 \
+        --deepspeed configs/deepspeed/zero2.json
+
+The data are generated: dialogues of ``--turns`` turns with speech and video per turn and
+random gold features of the preset's sizes. ``paper-random`` is the paper architecture
+with random weights (nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_model import PAPER_RANDOM  # noqa: E402
+from empatheia import Empatheia, EmpatheiaConfig  # noqa: E402
+from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset  # noqa: E402
+from empatheia.media import load_audio  # noqa: E402
+from empatheia.training import build_stage_data, load_train_config, train  # noqa: E402
+from tests.training_helpers import STAGE_CONFIGS, _clip  # noqa: E402
+
+SENTENCES = [
+    "I have been thinking about what happened at work this week and it still bothers me a lot.",
+    "My manager moved the deadline again without asking anyone, and now the whole team is stressed.",
+    "I tried to explain that we need more time, but nobody seemed to listen to what I said.",
+    "It makes me wonder whether I should look for another job where people respect each other.",
+]
+
+
+class RandomFeatures:
+    """Seeded random gold features: content rows per word (speech) or per 40 ms of the
+    response audio (video), one vector for styles."""
+
+    def __init__(self, name: str, input: str, dim: int, per_step: bool):
+        self.name, self.input, self.dim, self.per_step = name, input, dim, per_step
+
+    def fingerprint(self) -> str:
+        return f"random {self.name} {self.dim}"
+
+    def __call__(self, items):
+        out = []
+        for i, item in enumerate(items):
+            generator = torch.Generator().manual_seed(i)
+            if not self.per_step:
+                out.append(torch.randn(self.dim, generator=generator))
+            elif self.input == "text":
+                out.append(torch.randn(len(item.split()) * 2, self.dim, generator=generator))
+            else:
+                steps = max(1, len(load_audio(item, 16000)) // 640)
+                out.append(torch.randn(steps, self.dim, generator=generator))
+        return out
+
+
+def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig) -> Path:
+    clips = root / "clips"
+    clips.mkdir(parents=True)
+    lines = []
+    for e in range(examples):
+        history = []
+        for t in range(turns):
+            role = "speaker" if t % 2 == 0 else "listener"
+            text = " ".join(SENTENCES[(e + t + k) % len(SENTENCES)] for k in range(3))
+            history.append({"role": role, "text": text, **_clip(clips, f"{e}-{t}", 1.5, 150 + 10 * t, 20 * t)})
+        lines.append(
+            {
+                "id": f"bench/{e}",
+                "listener": {"age": "young", "gender": "female", "timbre": "mid"},
+                "emotion": "annoyed",
+                "history": history if turns % 2 == 1 else history[:-1],
+                "response": {"text": "That sounds exhausting. " * 6, **_clip(clips, f"{e}-r", 2.0, 200, 90)},
+                "chain": {"event_scenario": SENTENCES[0], "emotion_cause": SENTENCES[1], "goal_to_response": SENTENCES[3]},
+            }
+        )
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    cs, sd = config.content_synchronizer, config.style_disentangler
+    extractors = [
+        RandomFeatures("speech_content", "text", cs.speech_content_dim, True),
+        RandomFeatures("video_content", "audio", cs.video_content_dim, True),
+        RandomFeatures("speech_style", "audio", sd.speech_style_dim, False),
+        RandomFeatures("video_style", "video", sd.video_style_dim, False),
+    ]
+    extract_gold_features(gold_feature_sources(read_dataset(path)), extractors, root / "gold", progress=False)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=["tiny", "paper-random"], default="tiny")
+    parser.add_argument("--stage", type=int, choices=[1, 2, 3, 4], default=4)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (default: ZeRO stage 0)")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    args = parser.parse_args()
+
+    preset, overrides = ("tiny", {}) if args.preset == "tiny" else ("paper", PAPER_RANDOM)
+    config = EmpatheiaConfig.from_preset(preset, overrides)
+    dtype = torch.bfloat16 if torch.cuda.is_available() and preset == "paper" else None
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        start = time.perf_counter()
+        data_path = write_data(root, 2 * args.batch, args.turns, config)
+        print(f"data: {time.perf_counter() - start:.1f} s for {2 * args.batch} examples of {args.turns} turns")
+        sets = {
+            "model.preset": preset, "data.train": str(data_path), "data.gold_features": str(root / "gold"),
+            "data.media_root": None, "data.media_cache": None, "data.num_workers": 2, "output_dir": str(root / "run"), "max_steps": args.steps,
+            "optim.batch_size": args.batch, "optim.gradient_accumulation_steps": 1, "logging_steps": 1,
+            "save_steps": 10**6, "tensorboard": False, "progress": False, "deepspeed": args.deepspeed,
+            "model.gradient_checkpointing": args.gradient_checkpointing,
+        }
+        run_config = load_train_config(STAGE_CONFIGS[args.stage], [f"{k}={json.dumps(v)}" for k, v in sets.items()])
+        start = time.perf_counter()
+        model = Empatheia(config, dtype=dtype)
+        print(f"build: {time.perf_counter() - start:.1f} s ({sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters)")
+        data = build_stage_data(run_config, model.processor, model.label_sets())
+        tokens = [len(data.train[i].encoded.input_ids) for i in range(len(data.train))]
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        train(run_config, model, data)
+        total = time.perf_counter() - start
+        rows = [json.loads(line) for line in (root / "run" / "metrics.jsonl").read_text().splitlines()]
+        # Steady state: from the end of step 2 (after DeepSpeed's and the kernels' warm-up).
+        step_seconds = (rows[-1]["seconds"] - rows[1]["seconds"]) / (len(rows) - 2)
+        per_step = args.batch * float(np.mean(tokens))
+        print(f"stage {args.stage} on {args.preset}: {np.mean(tokens):.0f} tokens/example, batch {args.batch}")
+        print(f"step: {step_seconds * 1000:.0f} ms  ->  {per_step / step_seconds:,.0f} tokens/s, "
+              f"{args.batch / step_seconds:.2f} examples/s (run incl. DeepSpeed init and final save: {total:.1f} s)")
+        print(f"loss: {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}")
+        if torch.cuda.is_available():
+            print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+
+
+if __name__ == "__main__":
+    main()
