@@ -25,3 +25,16 @@ def test_doc_walkthrough_runs(name, tmp_path, monkeypatch, capsys):
     # one line of losses per stage, each finite
     assert [line.split()[0] for line in printed] == ["1", "2", "3", "4"]
     assert "nan" not in "".join(printed)
+
+
+def test_training_example_runs(tmp_path, monkeypatch, capsys):
+    """docs/training.md's Python example trains stage 1 and writes a loadable model."""
+    from empatheia import Empatheia
+
+    blocks = python_blocks(DOCS / "training.md")
+    assert len(blocks) == 1
+    (tmp_path / "configs").symlink_to(DOCS.parent / "configs")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "training.md", "exec"), {"__name__": "__doc_example__"})
+    final, steps = capsys.readouterr().out.split()[-2:]
+    assert steps == "4" and Empatheia.from_pretrained(final).config.preset == "tiny"

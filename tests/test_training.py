@@ -292,3 +292,31 @@ def test_an_existing_run_is_not_overwritten_and_resume_keeps_its_settings(tmp_pa
     result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1), resume=True)
     assert result.state.step == 4
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
+
+
+def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avatar, stage1_output):
+    from empatheia.training import latest_checkpoint
+
+    train, gold = avatar
+    out = tmp_path / "run"
+    config = tiny_config(3, out, train, gold=gold, init=stage1_output, max_steps=4, save_steps=2, eval_steps=2,
+                         tensorboard=True, **{"data.eval": str(train), "data.eval_gold_features": str(gold)})
+    stage3_sac.run(config)
+    evals = read_metrics(out, "eval")
+    assert [row["step"] for row in evals] == [2, 4]
+    assert {"loss", "loss_sac", "loss_sal", "loss_cls_emotion", "kl_style"} <= set(evals[0])
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert (out / "checkpoint-4" / "model" / "empatheia.safetensors").is_file()
+    assert Empatheia.from_pretrained(out / "checkpoint-4" / "model") is not None
+
+    # A run killed while writing checkpoint 6 leaves a hidden folder; one without its
+    # state file is not complete either. Neither is taken for the newest checkpoint.
+    (out / ".checkpoint-6.tmp" / "model").mkdir(parents=True)
+    (out / "checkpoint-5" / "model").mkdir(parents=True)
+    assert latest_checkpoint(out).name == "checkpoint-4"
+    result = stage3_sac.run(tiny_config(3, out, train, gold=gold, init=stage1_output, max_steps=6, save_steps=2,
+                                        eval_steps=2, **{"data.eval": str(train), "data.eval_gold_features": str(gold)}),
+                            resume=True)
+    assert result.state.step == 6 and not (out / ".checkpoint-6.tmp").exists()
+    assert [row["step"] for row in read_metrics(out, "eval")] == [2, 4, 6]
