@@ -63,7 +63,7 @@ class RandomFeatures:
         return out
 
 
-def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig) -> Path:
+def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig, same_length: bool) -> Path:
     clips = root / "clips"
     clips.mkdir(parents=True)
     lines = []
@@ -71,7 +71,8 @@ def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig) -
         history = []
         for t in range(turns):
             role = "speaker" if t % 2 == 0 else "listener"
-            text = " ".join(SENTENCES[(e + t + k) % len(SENTENCES)] for k in range(3))
+            offset = 0 if same_length else e
+            text = " ".join(SENTENCES[(offset + t + k) % len(SENTENCES)] for k in range(3))
             history.append({"role": role, "text": text, **_clip(clips, f"{e}-{t}", 1.5, 150 + 10 * t, 20 * t)})
         lines.append(
             {
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (default: ZeRO stage 0)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--same-length", action="store_true", help="every example the same length (no padding)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=JSON",
                         help='a model config key, e.g. language_model.lora.target_modules=["q_proj","v_proj"]')
     args = parser.parse_args()
@@ -118,7 +120,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         start = time.perf_counter()
-        data_path = write_data(root, 2 * args.batch, args.turns, config)
+        data_path = write_data(root, 2 * args.batch, args.turns, config, args.same_length)
         print(f"data: {time.perf_counter() - start:.1f} s for {2 * args.batch} examples of {args.turns} turns")
         sets = {
             "model.preset": preset, "data.train": str(data_path), "data.gold_features": str(root / "gold"),

@@ -123,3 +123,20 @@ def test_bad_turns_are_rejected():
         Turn("speaker", "  ")
     with pytest.raises(ValueError, match="no turns"):
         Dialogue([])
+
+
+def test_right_padding_needs_no_attention_mask(model):
+    """Training batches are padded on the right, where a causal model's real tokens never
+    see the padding: dropping the mask (for the fused causal kernel) changes nothing read."""
+    from empatheia.modeling import _right_padded
+
+    batch = full_batch(model, [make_dialogue(1, seed=0), make_dialogue(3, seed=1)])
+    mask = batch["attention_mask"]
+    assert _right_padded(mask) and not bool(mask.all())
+    assert not _right_padded(mask.flip(-1))  # left padding (generation) keeps its mask
+    model.eval()
+    with torch.no_grad():
+        fast = model.hidden_states(batch)
+        embeddings = model.embed_inputs(batch["input_ids"], *model.encode_media(batch))
+        masked = model._hf_model().base_model(inputs_embeds=embeddings, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(fast[mask.bool()], masked[mask.bool()])
