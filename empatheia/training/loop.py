@@ -131,7 +131,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         if config.data.on_error == "skip":
             log.skipped([s for rank_skipped in gather_objects(skipped) for s in rank_skipped])
         terms["examples"] = examples
-        reduced = _reduce_terms(terms, proc)
+        reduced = _reduce_terms(terms, proc, agree_on_names=config.data.on_error == "skip")
         state.examples += round(reduced.pop("examples") * proc.world_size)
         window.append(reduced)
         progress.update(1)
@@ -235,9 +235,13 @@ def _check_finite(
     )
 
 
-def _reduce_terms(terms: Dict[str, float], proc: ProcessInfo) -> Dict[str, float]:
+def _reduce_terms(terms: Dict[str, float], proc: ProcessInfo, agree_on_names: bool) -> Dict[str, float]:
+    """Mean of each term over the processes. A process whose micro-batches were all
+    skipped has only ``loss``; with skipping on, the processes first agree on the names."""
     names = sorted(terms)
-    values = all_reduce_mean(torch.tensor([terms[n] for n in names], dtype=torch.float64, device=proc.device))
+    if agree_on_names:
+        names = sorted(set().union(*gather_objects(names)))
+    values = all_reduce_mean(torch.tensor([terms.get(n, 0.0) for n in names], dtype=torch.float64, device=proc.device))
     return dict(zip(names, values.tolist()))
 
 
