@@ -68,7 +68,12 @@ def respond(args: argparse.Namespace) -> int:
     if args.device:
         model.to(args.device)
     _progress(f"model ready in {time.perf_counter() - start:.1f}s; responding to dialogue {dialogue.id}")
-    response = model.respond(dialogue, max_new_tokens=args.max_new_tokens)
+    if args.avatars is not None:
+        model.config.generators.avatars = str(args.avatars)
+    if args.speak or args.animate:
+        _progress("loading the speech" + (" and talking-head" if args.animate else "") + " generators")
+        model.generators()
+    response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
     out = response.save(args.out)
     _progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "emotion": response.emotion.label}, ensure_ascii=False))
@@ -183,7 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    p.add_argument("--out", type=Path, required=True, help="directory for response.json")
+    p.add_argument("--speak", action="store_true", help="also write the spoken answer, response.wav")
+    p.add_argument("--animate", action="store_true", help="also write the talking head, response.mp4 (speaks too)")
+    p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
+    p.add_argument("--out", type=Path, required=True, help="directory for response.json (and .wav, .mp4)")
     p.set_defaults(run=respond)
 
     data = commands.add_parser("data", help="check datasets and extract gold features").add_subparsers(

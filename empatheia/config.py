@@ -166,6 +166,24 @@ class LossConfig:
 
 
 @dataclass
+class GeneratorsConfig:
+    """Which speech and talking-head generators ``respond(speak=True, animate=True)``
+    drives, and where their weights are (local paths; nothing is downloaded)."""
+
+    speech: str = "styletts2"
+    """``styletts2`` (the paper's) or ``piper`` (the packaged offline voice)."""
+    talking_head: str = "dreamtalk"
+    """``dreamtalk`` (the paper's) or ``avatar`` (the weight-free offline renderer)."""
+    styletts2: Dict[str, Any] = field(default_factory=dict)
+    """Fields of ``generators.styletts2.StyleTTS2Config`` (checkpoint and helper paths)."""
+    dreamtalk: Dict[str, Any] = field(default_factory=dict)
+    """Fields of ``generators.dreamtalk.DreamTalkConfig`` (checkpoints, wav2vec2 path)."""
+    avatars: Optional[str] = None
+    """Folder of registered avatars (voice and portrait per listener ID); ``None`` keeps
+    them in memory for the session."""
+
+
+@dataclass
 class EmpatheiaConfig:
     speech_encoder: SpeechEncoderConfig = field(default_factory=SpeechEncoderConfig)
     video_encoder: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
@@ -174,6 +192,7 @@ class EmpatheiaConfig:
     content_synchronizer: ContentSynchronizerConfig = field(default_factory=ContentSynchronizerConfig)
     style_disentangler: StyleDisentanglerConfig = field(default_factory=StyleDisentanglerConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    generators: GeneratorsConfig = field(default_factory=GeneratorsConfig)
     preset: Optional[str] = None
     seed: int = 0
     """Seed of every randomly initialised weight, so a model rebuilt from this config
@@ -259,6 +278,7 @@ _DATACLASS_FIELDS = {
     "ContentSynchronizerConfig": ContentSynchronizerConfig,
     "StyleDisentanglerConfig": StyleDisentanglerConfig,
     "LossConfig": LossConfig,
+    "GeneratorsConfig": GeneratorsConfig,
 }
 
 
@@ -384,4 +404,5 @@ def _tiny() -> EmpatheiaConfig:
             speech_style_dim=12,
             video_style_dim=10,
         ),
+        generators=GeneratorsConfig(speech="piper", talking_head="avatar"),
     )

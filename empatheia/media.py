@@ -178,3 +178,56 @@ def frames_to_clip_input(frames: torch.Tensor, size: int, mean: Sequence[float],
     top, left = (new_h - size) // 2, (new_w - size) // 2
     x = x[..., top : top + size, left : left + size].clamp_(0.0, 1.0)
     return (x - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(std).view(1, 3, 1, 1)
+
+
+# ---------------------------------------------------------------------- writing
+def write_wav(path: Union[str, Path], samples: torch.Tensor, sample_rate: int) -> Path:
+    """``(T,)`` float samples in [-1, 1] as 16-bit PCM."""
+    import soundfile
+
+    path = Path(path)
+    soundfile.write(str(path), samples.detach().float().clamp(-1, 1).cpu().numpy(), sample_rate, subtype="PCM_16")
+    return path
+
+
+def write_mp4(
+    path: Union[str, Path],
+    frames: torch.Tensor,
+    fps: float,
+    audio: Optional[torch.Tensor] = None,
+    sample_rate: Optional[int] = None,
+) -> Path:
+    """``(F, H, W, 3)`` uint8 RGB frames as H.264 (yuv420p, which every player reads),
+    with ``(T,)`` float audio muxed as AAC when given."""
+    import av
+    from fractions import Fraction
+
+    path = Path(path)
+    video = frames.detach().cpu().numpy()
+    if video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3:
+        raise ValueError(f"frames must be (F, H, W, 3) uint8, got {tuple(video.shape)} {video.dtype}")
+    # yuv420p halves the chroma planes, so both sides must be even.
+    height, width = video.shape[1] // 2 * 2, video.shape[2] // 2 * 2
+    video = video[:, :height, :width]
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.options = {"crf": "20", "preset": "veryfast"}
+        sound = None
+        if audio is not None:
+            sound = container.add_stream("aac", rate=sample_rate)
+            sound.layout = "mono"
+        for image in video:
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode())
+        if sound is not None:
+            samples = audio.detach().float().clamp(-1, 1).cpu().numpy()[None, :]
+            chunk = 1024  # AAC frames hold 1024 samples
+            for start in range(0, samples.shape[1], chunk):
+                piece = np.ascontiguousarray(samples[:, start : start + chunk])
+                frame = av.AudioFrame.from_ndarray(piece, format="fltp", layout="mono")
+                frame.sample_rate = sample_rate
+                frame.pts = start
+                container.mux(sound.encode(frame))
+            container.mux(sound.encode())
+    return path

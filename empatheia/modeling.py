@@ -83,6 +83,10 @@ class Empatheia(nn.Module):
         self.register_buffer("_audio_signal_ids", torch.tensor(self.token_ids.audio_signals), persistent=False)
         self.register_buffer("_video_signal_ids", torch.tensor(self.token_ids.video_signals), persistent=False)
         self.stage: Optional[int] = None
+        # Generators and avatars are used by respond, not trained: a plain dict keeps
+        # them out of parameters(), state_dict() and .to().
+        self._generators: Dict[str, object] = {}
+        self._avatar_registry = None
 
     # ================================================================== building
     @classmethod
@@ -365,6 +369,8 @@ class Empatheia(nn.Module):
         top_p: float = 0.9,
         speech_lengths: Optional[Sequence[int]] = None,
         video_lengths: Optional[Sequence[int]] = None,
+        speak: bool = False,
+        animate: bool = False,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
         """Answer one dialogue or a batch of them.
 
@@ -372,8 +378,14 @@ class Empatheia(nn.Module):
         that text and the 32 signal tokens run through it once more in a single forward
         pass, whose hidden states feed the Content Synchronizer (response tokens) and the
         Style Disentangler (signal tokens). ``speech_lengths``/``video_lengths`` give the
-        content lengths per dialogue (phonemes, frames); by default they are estimated from
-        the response's length.
+        content lengths per dialogue (phonemes, frames); by default the speech generator
+        gives the phoneme count when speaking, and both are otherwise estimated from the
+        response's length.
+
+        With ``speak`` the speech generator turns C^s and S^s into ``response.audio``;
+        with ``animate`` the talking-head generator also turns the speech, C^v and S^v
+        into ``response.video`` (animating needs the speech, so it speaks too). The
+        listener's avatar (:meth:`avatars`) gives the voice and the portrait.
         """
         single = isinstance(dialogues, Dialogue)
         items = [dialogues] if single else list(dialogues)
@@ -381,13 +393,58 @@ class Empatheia(nn.Module):
             return []
         was_training = self.training
         self.eval()
+        speak = speak or animate
         try:
-            responses = self._respond(items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths)
+            responses = self._respond(
+                items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths, speak
+            )
         finally:
             self.train(was_training)
+        if speak:
+            self._render(items, responses, animate)
         return responses[0] if single else responses
 
-    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths):
+    # ================================================================== generators
+    def generators(self):
+        """The speech and talking-head generators of ``config.generators``, built on first
+        use and kept (they are not part of the trained model)."""
+        if "speech" not in self._generators:
+            from generators.factory import build_generators
+
+            self._generators["speech"], self._generators["talking_head"] = build_generators(self.config)
+        return self._generators["speech"], self._generators["talking_head"]
+
+    def set_generators(self, speech=None, talking_head=None) -> "Empatheia":
+        """Use these generators instead of the config's (e.g. already loaded ones)."""
+        current = self._generators
+        if speech is not None:
+            current["speech"] = speech
+        if talking_head is not None:
+            current["talking_head"] = talking_head
+        return self
+
+    def avatars(self):
+        """The memory of avatars: register your own with
+        ``model.avatars().register(key, portrait, voice)``, where ``key`` is the
+        listener's ``id-<ID>`` (see :func:`generators.avatars.avatar_key`)."""
+        if self._avatar_registry is None:
+            from generators.avatars import AvatarRegistry
+
+            self._avatar_registry = AvatarRegistry(self.config.generators.avatars)
+        return self._avatar_registry
+
+    def _render(self, items: Sequence[Dialogue], responses: List[EmpatheticResponse], animate: bool) -> None:
+        speech, talking_head = self.generators()
+        for dialogue, response in zip(items, responses):
+            avatar = self.avatars().for_profile(dialogue.listener_profile)
+            response.avatar = avatar.key
+            response.audio = speech.synthesize(response.text, response.speech_content, response.speech_style, avatar)
+            if animate:
+                response.video = talking_head.animate(
+                    response.audio, response.video_content, response.video_style, avatar.portrait
+                )
+
+    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths, speak):
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         device = self.device
@@ -420,6 +477,9 @@ class Empatheia(nn.Module):
             )
             for d, prompt, (chain, response) in zip(items, prompts, parsed)
         ]
+        if speak and speech_lengths is None:
+            # The Content Synchronizer writes exactly the phonemes the voice will read.
+            speech_lengths = [max(1, self.generators()[0].content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
         hidden = self.hidden_states(full_batch, media=media)
         if speech_lengths is None or video_lengths is None:

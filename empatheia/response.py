@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import TYPE_CHECKING, Dict, Optional, Union
 
 import torch
 from safetensors.torch import save_file
 
 from .prompts import ChainOfEmpathy
+
+if TYPE_CHECKING:
+    from generators.base import VideoFrames, Waveform
 
 
 @dataclass
@@ -42,6 +45,14 @@ class EmpatheticResponse:
     dialogue_id: Optional[str] = None
     generated_text: str = ""
     """Everything the language model wrote, chain included."""
+    audio: Optional["Waveform"] = None
+    """The spoken response (``respond(speak=True)``): ``audio.samples`` ``(T,)`` at
+    ``audio.sample_rate``."""
+    video: Optional["VideoFrames"] = None
+    """The talking head (``respond(animate=True)``): ``video.frames`` ``(F, H, W, 3)``
+    uint8 at ``video.fps``."""
+    avatar: Optional[str] = None
+    """The key of the avatar that spoke."""
 
     def to_dict(self) -> dict:
         return {
@@ -52,12 +63,28 @@ class EmpatheticResponse:
             "profile": {name: p.to_dict() for name, p in self.profile.items()},
             "generated_text": self.generated_text,
             "features": {name: list(getattr(self, name).shape) for name in _FEATURES},
+            "avatar": self.avatar,
+            "audio": None if self.audio is None else {
+                "file": "response.wav", "sample_rate": self.audio.sample_rate, "seconds": round(self.audio.duration, 3)},
+            "video": None if self.video is None else {
+                "file": "response.mp4", "fps": self.video.fps, "frames": int(self.video.frames.shape[0]),
+                "size": list(self.video.frames.shape[1:3])},
         }
 
     def save(self, directory: Union[str, Path]) -> Path:
-        """Write ``response.json`` and the generator signals as ``features.safetensors``."""
+        """Write ``response.json``, the generator signals as ``features.safetensors``, and,
+        when generated, ``response.wav`` and ``response.mp4`` (H.264 with the speech
+        muxed as AAC)."""
+        from .media import write_mp4, write_wav
+
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if self.audio is not None:
+            write_wav(directory / "response.wav", self.audio.samples, self.audio.sample_rate)
+        if self.video is not None:
+            audio = self.audio.samples if self.audio is not None else None
+            rate = self.audio.sample_rate if self.audio is not None else None
+            write_mp4(directory / "response.mp4", self.video.frames, self.video.fps, audio, rate)
         (directory / "response.json").write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
         save_file(
             {name: getattr(self, name).detach().float().contiguous().cpu() for name in _FEATURES},

@@ -1,9 +1,40 @@
-"""Speech and talking-head generators that Empatheia's heads drive.
+"""Speech and talking-head generators that Empatheia's heads drive (§4.3, Appendix D.2).
 
-This package currently holds :mod:`generators.features`, the shapes of the content and
-style features each generator reads; the generator implementations build on them.
+* :mod:`generators.base`: the two roles (:class:`SpeechGenerator`,
+  :class:`TalkingHeadGenerator`), :class:`Waveform`, :class:`VideoFrames`, :class:`Avatar`
+  and the gold-feature extractors of training stages 2-4.
+* the paper's generators: :mod:`generators.styletts2` and :mod:`generators.dreamtalk`;
+* the offline ones of the ``small`` preset: :mod:`generators.piper_speech` and
+  :mod:`generators.avatar_renderer`;
+* :mod:`generators.avatars`: the memory that keeps each avatar's voice and face;
+* :mod:`generators.features`: the feature sizes each generator reads.
 """
 
+from .avatars import AvatarRegistry, avatar_key
+from .base import (
+    Avatar,
+    SpeechGenerator,
+    TalkingHeadGenerator,
+    VideoFrames,
+    Waveform,
+    gold_feature_extractors,
+    resample_rows,
+)
+from .factory import build_generators
 from .features import DREAMTALK_FEATURES, STYLETTS2_FEATURES, GeneratorFeatures
 
-__all__ = ["GeneratorFeatures", "STYLETTS2_FEATURES", "DREAMTALK_FEATURES"]
+__all__ = [
+    "Avatar",
+    "AvatarRegistry",
+    "DREAMTALK_FEATURES",
+    "GeneratorFeatures",
+    "STYLETTS2_FEATURES",
+    "SpeechGenerator",
+    "TalkingHeadGenerator",
+    "VideoFrames",
+    "Waveform",
+    "avatar_key",
+    "build_generators",
+    "gold_feature_extractors",
+    "resample_rows",
+]
