@@ -29,8 +29,9 @@ STYLETTS2_FEATURES = GeneratorFeatures(
     content_unit="phoneme",
     # Reference style: acoustic style encoder (128) followed by the prosodic one (128).
     style_dim=128 + 128,
-    # espeak IPA of English runs close to one symbol per character, spaces included.
-    units_per_char=1.0,
+    # Phoneme tokens per character of English text (gruut IPA in espeak spelling, spaces
+    # and punctuation included): 1.21 measured over 1,500 EmpatheticDialogues responses.
+    units_per_char=1.21,
 )
 
 DREAMTALK_FEATURES = GeneratorFeatures(
