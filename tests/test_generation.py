@@ -1,0 +1,155 @@
+"""respond(speak=True, animate=True) end to end on the tiny preset with the offline
+generators: audio and video in the response, response.wav and response.mp4 on disk, the
+avatar memory keeping one voice and one face per listener, and the CLI flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from empatheia import Dialogue, Empatheia, Turn
+from empatheia.cli import main
+from generators import AvatarRegistry, avatar_key, build_generators, gold_feature_extractors, resample_rows
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return Empatheia.from_preset("tiny")
+
+
+def _dialogue(text: str, listener_id: str = "7") -> Dialogue:
+    return Dialogue(
+        [Turn("speaker", text)],
+        id=f"gen-{listener_id}",
+        listener_profile={"age": "young", "gender": "female", "timbre": "high", "ID": listener_id},
+    )
+
+
+def test_respond_speaks_and_animates(tiny, tmp_path):
+    response = tiny.respond(_dialogue("I finally finished my thesis today!"), max_new_tokens=6, animate=True)
+    speech, head = tiny.generators()
+    assert response.audio is not None and response.video is not None
+    samples = response.audio.samples
+    assert samples.ndim == 1 and samples.abs().max() > 0.01  # not silent
+    # The Content Synchronizer wrote exactly the phonemes the voice reads.
+    assert response.speech_content.shape == (speech.content_length(response.text), tiny.config.content_synchronizer.speech_content_dim)
+    video = response.video
+    assert video.fps == 25 and video.frames.dtype == torch.uint8 and video.frames.shape[-1] == 3
+    assert video.frames.shape[0] == head.frame_count(response.audio)
+    assert abs(video.duration - response.audio.duration) < 0.1
+    assert response.avatar == "id-7"
+
+    out = response.save(tmp_path / "answer")
+    data = json.loads((out / "response.json").read_text())
+    assert data["audio"]["file"] == "response.wav" and data["video"]["frames"] == video.frames.shape[0]
+    wave, rate = soundfile.read(out / "response.wav")
+    assert rate == response.audio.sample_rate and abs(len(wave) / rate - response.audio.duration) < 1e-3
+    with av.open(str(out / "response.mp4")) as container:
+        kinds = {s.type: s.codec_context.name for s in container.streams}
+        assert kinds == {"video": "h264", "audio": "aac"}
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    with av.open(str(out / "response.mp4")) as container:
+        audio = np.concatenate([f.to_ndarray() for f in container.decode(audio=0)], axis=1)
+    assert len(frames) == video.frames.shape[0]
+    assert abs(len(frames) / 25 - audio.shape[1] / rate) < 0.1
+    # H.264 is lossy, but the decoded frames are the rendered ones.
+    assert np.abs(frames[len(frames) // 2].astype(int) - video.frames[len(frames) // 2].numpy().astype(int)).mean() < 8
+
+
+def test_speak_alone_writes_no_video(tiny, tmp_path):
+    response = tiny.respond(_dialogue("My cat is sick."), max_new_tokens=4, speak=True)
+    assert response.audio is not None and response.video is None
+    out = response.save(tmp_path / "answer")
+    assert (out / "response.wav").is_file() and not (out / "response.mp4").exists()
+
+
+def test_the_same_avatar_keeps_its_voice_and_portrait_across_turns(tiny):
+    speech, _ = tiny.generators()
+    first = tiny.respond(_dialogue("I got the job!"), max_new_tokens=4, speak=True)
+    second = tiny.respond(_dialogue("But the commute is long."), max_new_tokens=4, speak=True)
+    other = tiny.respond(_dialogue("I got the job!", listener_id="8"), max_new_tokens=4, speak=True)
+    assert first.avatar == second.avatar == "id-7" and other.avatar == "id-8"
+    registry = tiny.avatars()
+    same = registry.get("id-7")
+    assert same is registry.for_profile({"ID": "7"})
+    # One voice: the same words in the same style come out identical for that avatar,
+    # and differently for another avatar.
+    style = torch.zeros(tiny.config.style_disentangler.speech_style_dim)
+    a = speech.synthesize("See you tomorrow.", None, style, same)
+    b = speech.synthesize("See you tomorrow.", None, style, registry.get("id-7"))
+    c = speech.synthesize("See you tomorrow.", None, style, registry.get("id-8"))
+    assert torch.equal(a.samples, b.samples)
+    assert a.samples.shape != c.samples.shape or not torch.equal(a.samples, c.samples)
+    assert not np.array_equal(registry.get("id-7").portrait, registry.get("id-8").portrait)
+
+
+def test_registered_avatars_persist_and_are_used(tiny, tmp_path):
+    portrait = np.zeros((256, 256, 3), np.uint8)
+    portrait[:] = (30, 120, 200)
+    registry = AvatarRegistry(tmp_path / "avatars")
+    registry.register("id-42", portrait, voice="default", profile={"gender": "male"})
+    again = AvatarRegistry(tmp_path / "avatars").get("id-42")
+    assert again is not None and np.array_equal(again.portrait, portrait) and again.profile == {"gender": "male"}
+    # Met without registration: drawn once, remembered on disk, the same next session.
+    drawn = AvatarRegistry(tmp_path / "avatars").for_profile({"ID": "9", "age": "elderly", "gender": "male"})
+    assert np.array_equal(AvatarRegistry(tmp_path / "avatars").get("id-9").portrait, drawn.portrait)
+    assert avatar_key({"age": "young", "gender": "female"}) == "profile-young-female-any"
+
+    tiny.config.generators.avatars = str(tmp_path / "avatars")
+    tiny._avatar_registry = None
+    try:
+        response = tiny.respond(_dialogue("Hello again.", listener_id="42"), max_new_tokens=4, animate=True)
+    finally:
+        tiny.config.generators.avatars = None
+        tiny._avatar_registry = None
+    assert response.avatar == "id-42"
+    # The registered portrait shows in the frames (its colour fills the background).
+    corner = response.video.frames[0, :8, :8].float().mean((0, 1))
+    assert torch.allclose(corner, torch.tensor([30.0, 120.0, 200.0]), atol=25)
+
+
+def test_cli_speak_and_animate(tmp_path):
+    out = tmp_path / "out"
+    args = ["respond", str(EXAMPLE), "--preset", "tiny", "--max-new-tokens", "6", "--animate", "--out", str(out),
+            "--avatars", str(tmp_path / "avatars")]
+    assert main(args) == 0
+    data = json.loads((out / "response.json").read_text())
+    assert (out / "response.wav").is_file() and (out / "response.mp4").is_file()
+    assert data["video"]["fps"] == 25 and data["audio"]["seconds"] > 0
+    assert list((tmp_path / "avatars").glob("*/portrait.png"))
+
+
+def test_gold_feature_extractors_wrap_the_generators(tiny, tmp_path):
+    speech, head = tiny.generators()
+    extractors = gold_feature_extractors(speech, head)
+    assert [(e.name, e.input) for e in extractors] == [
+        ("speech_content", "text"), ("speech_style", "audio"), ("video_content", "audio"), ("video_style", "video")]
+    response = tiny.respond(_dialogue("Thank you for listening."), max_new_tokens=4, animate=True)
+    out = response.save(tmp_path / "answer")
+    content = extractors[0](["Thank you for listening."])[0]
+    assert content.shape == (speech.content_length("Thank you for listening."), speech.features.content_dim)
+    assert extractors[1]([out / "response.wav"])[0].shape == (speech.features.style_dim,)
+    assert extractors[2]([out / "response.wav"])[0].shape[1] == head.features.content_dim
+    assert extractors[3]([out / "response.mp4"])[0].shape == (head.features.style_dim,)
+    assert len({e.fingerprint() for e in extractors}) == 4
+
+
+def test_generator_sizes_must_match_the_heads():
+    model_config = Empatheia.from_preset("tiny").config
+    model_config.generators.speech = "nonsense"
+    with pytest.raises(ValueError, match="generators.speech: unknown generator 'nonsense'"):
+        build_generators(model_config)
+
+
+def test_resample_rows_keeps_ends():
+    rows = torch.arange(10, dtype=torch.float32).view(5, 2)
+    out = resample_rows(rows, 9)
+    assert out.shape == (9, 2) and torch.equal(out[0], rows[0]) and torch.equal(out[-1], rows[-1])
