@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 demo: $(STAMP)
-	$(BIN)/empatheia respond examples/conversation.json --preset tiny --out demo_output
+	$(BIN)/empatheia respond examples/conversation.json --preset tiny --animate --out demo_output
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache

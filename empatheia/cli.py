@@ -130,12 +130,30 @@ def _load_extractors(specs: List[str]) -> list:
     return extractors
 
 
+def _generator_extractors(source: str) -> list:
+    """The gold features of the generators a model config names (a preset or a saved
+    model directory), at that model's sizes."""
+    from generators import build_generators, gold_feature_extractors
+
+    from .config import EmpatheiaConfig
+    from .modeling import CONFIG_NAME
+
+    path = Path(source)
+    try:
+        config = EmpatheiaConfig.load_yaml(path / CONFIG_NAME) if path.is_dir() else EmpatheiaConfig.from_preset(source)
+        return gold_feature_extractors(*build_generators(config))
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        raise SystemExit(f"error: --generators-of {source!r}: {error}")
+
+
 def data_extract_features(args: argparse.Namespace) -> int:
     from .data import extract_gold_features, gold_feature_sources, read_dataset
     from .data.gold_features import GoldFeatureStoreError
     from .errors import DataError
 
-    extractors = _load_extractors(args.extractor)
+    if bool(args.extractor) == bool(args.generators_of):
+        raise SystemExit("error: give either --extractor MODULE:NAME or --generators-of PRESET_OR_MODEL_DIR")
+    extractors = _load_extractors(args.extractor) if args.extractor else _generator_extractors(args.generators_of)
     on_error = "skip" if args.skip_bad else "raise"
     try:
         corpus = read_dataset(args.file, format=args.format, media_root=args.media_root, labels=_labels(args.labels), on_error=on_error)
@@ -218,9 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--extractor",
         action="append",
-        required=True,
         metavar="MODULE:NAME",
         help="an extractor, or a function returning one or a list of them (repeatable)",
+    )
+    p.add_argument(
+        "--generators-of",
+        metavar="PRESET_OR_MODEL_DIR",
+        help="the four gold features of the generators this model uses (e.g. tiny, paper, runs/stage1_coe/final)",
     )
     p.add_argument("--shard-size", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)

@@ -38,3 +38,13 @@ def test_training_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(blocks[0], "training.md", "exec"), {"__name__": "__doc_example__"})
     final, steps = capsys.readouterr().out.split()[-2:]
     assert steps == "4" and Empatheia.from_pretrained(final).config.preset == "tiny"
+
+
+def test_generation_example_runs(tmp_path, monkeypatch):
+    """docs/generation.md's first example speaks, animates and saves."""
+    block = python_blocks(DOCS / "generation.md")[0]
+    monkeypatch.chdir(tmp_path)
+    scope = {"__name__": "__doc_example__"}
+    exec(compile(block, "generation.md", "exec"), scope)
+    assert {p.name for p in (tmp_path / "answer").iterdir()} >= {"response.json", "response.wav", "response.mp4"}
+    assert scope["response"].video.frames.shape[1:] == (256, 256, 3)

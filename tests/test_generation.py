@@ -153,3 +153,20 @@ def test_resample_rows_keeps_ends():
     rows = torch.arange(10, dtype=torch.float32).view(5, 2)
     out = resample_rows(rows, 9)
     assert out.shape == (9, 2) and torch.equal(out[0], rows[0]) and torch.equal(out[-1], rows[-1])
+
+
+def test_extract_features_with_the_generators_of_a_model(tmp_path):
+    from .training_helpers import write_avatar_dataset
+
+    train = write_avatar_dataset(tmp_path / "data")
+    out = tmp_path / "gold"
+    assert main(["data", "extract-features", str(train), "--out", str(out), "--generators-of", "tiny"]) == 0
+    from empatheia.data import GoldFeatureStore
+
+    store = GoldFeatureStore(out)
+    config = Empatheia.from_preset("tiny").config
+    features = store.get("avatar/0")
+    assert features["speech_content"].shape[1] == config.content_synchronizer.speech_content_dim
+    assert features["video_style"].shape == (config.style_disentangler.video_style_dim,)
+    with pytest.raises(SystemExit, match="either --extractor"):
+        main(["data", "extract-features", str(train), "--out", str(out)])
