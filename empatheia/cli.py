@@ -130,6 +130,39 @@ def _load_extractors(specs: List[str]) -> list:
     return extractors
 
 
+def data_split(args: argparse.Namespace) -> int:
+    from .data.render import split_ed_file
+    from .errors import DataError
+
+    try:
+        files = split_ed_file(args.file, args.out, args.eval_fraction)
+    except DataError as error:
+        raise SystemExit(f"error: {error}")
+    counts = {name: sum(1 for _ in open(path)) for name, path in files.items()}
+    print(json.dumps({name: {"file": str(path), "conversations": counts[name]} for name, path in files.items()}))
+    return 0
+
+
+def data_render(args: argparse.Namespace) -> int:
+    from .config import EmpatheiaConfig
+    from .data.render import RenderSettings, render_ed_conversations
+    from .errors import DataError
+
+    config = EmpatheiaConfig.from_preset(args.preset)
+    settings = RenderSettings(
+        speech_style_dim=config.style_disentangler.speech_style_dim,
+        video_style_dim=config.style_disentangler.video_style_dim,
+        speech_content_dim=config.content_synchronizer.speech_content_dim,
+        video_content_dim=config.content_synchronizer.video_content_dim,
+    )
+    try:
+        path = render_ed_conversations(args.file, args.out, settings, limit=args.limit, workers=args.workers)
+    except DataError as error:
+        raise SystemExit(f"error: {error}")
+    print(json.dumps({"examples": sum(1 for _ in open(path)), "file": str(path)}))
+    return 0
+
+
 def _generator_extractors(source: str) -> list:
     """The gold features of the generators a model config names (a preset or a saved
     model directory), at that model's sizes."""
@@ -248,6 +281,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--skip-bad", action="store_true", help="skip and report bad samples instead of stopping")
     p.set_defaults(run=data_extract_features)
+
+    p = data.add_parser("split", help="hold out a fixed share of EmpatheticDialogues conversations for evaluation")
+    p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues conversations JSONL")
+    p.add_argument("--out", type=Path, required=True, help="folder for train.jsonl, eval.jsonl and split.json")
+    p.add_argument("--eval-fraction", type=float, default=0.1)
+    p.set_defaults(run=data_split)
+
+    p = data.add_parser("render", help="speak and animate EmpatheticDialogues conversations (offline generators)")
+    p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues conversations JSONL")
+    p.add_argument("--out", type=Path, required=True, help="folder for train.jsonl and clips/ (rerun to resume)")
+    p.add_argument("--preset", default="small", help="the model whose style and content sizes to render for")
+    p.add_argument("--limit", type=int, help="render only the first N conversations")
+    p.add_argument("--workers", type=int, default=1, help="processes rendering in parallel")
+    p.set_defaults(run=data_render)
 
     p = commands.add_parser("train", help="run a training stage or fine-tuning recipe from its YAML config")
     p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")

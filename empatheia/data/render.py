@@ -1,0 +1,253 @@
+"""A multimodal training set made from dialogue text with the offline generators, and the
+fixed evaluation split of EmpatheticDialogues.
+
+No multimodal empathetic-dialogue data can be had offline, so the ``small`` preset's
+stages 2-4 train on EmpatheticDialogues conversations whose every utterance is spoken by
+the packaged Piper voice and animated by the avatar renderer, in a style that follows the
+emotion: the speaker shows the conversation's emotion; the listener answers with an
+empathetic expression of it (:data:`LISTENER_EXPRESSION`). Avatars are drawn from fixed
+pools keyed by the conversation, so each recurs across conversations with one voice and
+one face, as AvaMERG's avatars do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+from tqdm.auto import tqdm
+
+from ..errors import DataError
+from .emotions import fold_emotion
+
+PathLike = Union[str, Path]
+
+# ---------------------------------------------------------------------- the split
+EVAL_FRACTION = 0.1
+
+
+def conversation_rank(conv_id: str) -> str:
+    """The order the split follows: SHA-256 of the conversation id, independent of the file's
+    order and of any random state."""
+    return hashlib.sha256(conv_id.encode("utf-8")).hexdigest()
+
+
+def split_conversations(conv_ids: Sequence[str], eval_fraction: float = EVAL_FRACTION) -> Tuple[List[str], List[str]]:
+    """``(train, eval)`` ids: the ``ceil(eval_fraction × n)`` conversations with the smallest
+    :func:`conversation_rank` are held out. Split by conversation, so no turn of a held-out
+    conversation is trained on."""
+    unique = sorted(set(conv_ids), key=conversation_rank)
+    held = set(unique[: math.ceil(eval_fraction * len(unique))])
+    return [c for c in conv_ids if c not in held], [c for c in conv_ids if c in held]
+
+
+def split_ed_file(path: PathLike, out_dir: PathLike, eval_fraction: float = EVAL_FRACTION) -> Dict[str, Path]:
+    """Write ``train.jsonl`` and ``eval.jsonl`` (whole conversation lines of an
+    EmpatheticDialogues conversations file) and ``split.json`` listing the held-out ids."""
+    path, out_dir = Path(path), Path(out_dir)
+    records = list(_read_jsonl(path))
+    train_ids, eval_ids = split_conversations([r["conv_id"] for _, r in records], eval_fraction)
+    held = set(eval_ids)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {"train": out_dir / "train.jsonl", "eval": out_dir / "eval.jsonl"}
+    for name, keep in (("train", lambda c: c not in held), ("eval", lambda c: c in held)):
+        lines = [json.dumps(r, ensure_ascii=False) for _, r in records if keep(r["conv_id"])]
+        files[name].write_text("".join(line + "\n" for line in lines))
+    (out_dir / "split.json").write_text(
+        json.dumps({"source": path.name, "eval_fraction": eval_fraction, "rule": "smallest sha256(conv_id)",
+                    "train": len(train_ids), "eval": len(eval_ids), "eval_ids": sorted(held)}, indent=1)
+    )
+    return files
+
+
+def _read_jsonl(path: Path) -> Iterator[Tuple[int, dict]]:
+    if not path.is_file():
+        raise DataError("file not found", file=path)
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"not valid JSON ({error.msg})", file=path, record=f"line {number}") from None
+            if not isinstance(record, dict) or not isinstance(record.get("conv_id"), str):
+                raise DataError("expected an object with a string conv_id", file=path, record=f"line {number}", field="conv_id")
+            yield number, record
+
+
+# ---------------------------------------------------------------------- styles
+# Prosody z-scores (rate, pitch, pitch range, energy, pause ratio; the offline voice's
+# layout, generators.piper_speech) that read as each emotion at full intensity.
+EMOTION_PROSODY: Dict[str, Tuple[float, ...]] = {
+    "sad": (-0.8, -0.6, -0.7, -0.8, 0.8),
+    "happy": (0.5, 0.6, 0.8, 0.5, -0.4),
+    "angry": (0.6, 0.2, 0.6, 1.0, -0.5),
+    "fear": (0.7, 0.8, -0.2, -0.2, 0.4),
+    "surprised": (0.3, 1.0, 1.0, 0.4, 0.0),
+    "contempt": (-0.4, -0.4, -0.5, -0.2, 0.2),
+    "disgusted": (-0.3, -0.3, 0.2, 0.2, 0.3),
+}
+SPEAKER_INTENSITY = 0.8
+LISTENER_EXPRESSION: Dict[str, Tuple[str, float]] = {
+    # What an empathetic listener shows for each speaker emotion: sorrow is met softly,
+    # joy and surprise are shared, anger and fear are met with calm warmth rather than
+    # mirrored, contempt and disgust with a mild echo.
+    "sad": ("sad", 0.5),
+    "happy": ("happy", 0.8),
+    "angry": ("sad", 0.3),
+    "fear": ("happy", 0.3),
+    "surprised": ("surprised", 0.6),
+    "contempt": ("sad", 0.3),
+    "disgusted": ("disgusted", 0.4),
+}
+
+AGES, GENDERS, TIMBRES = ("child", "young", "middle-aged", "elderly"), ("male", "female"), ("high", "mid", "low")
+AVATARS_PER_ROLE = 12
+
+
+def pooled_profile(conv_id: str, role: str) -> dict:
+    """One of :data:`AVATARS_PER_ROLE` avatars per role, chosen by the conversation; each
+    avatar's profile is fixed by its ID."""
+    digest = int(hashlib.sha256(f"{role}:{conv_id}".encode()).hexdigest(), 16)
+    index = digest % AVATARS_PER_ROLE
+    traits = int(hashlib.sha256(f"{role}-avatar-{index}".encode()).hexdigest(), 16)
+    return {
+        "ID": f"ed-{role}-{index}",
+        "age": AGES[1 + traits % 3],  # no children's voices in ED's adult conversations
+        "gender": GENDERS[(traits // 3) % 2],
+        "timbre": TIMBRES[(traits // 6) % 3],
+    }
+
+
+def speech_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
+    style = torch.zeros(style_dim)
+    values = torch.tensor(EMOTION_PROSODY[emotion]) * intensity
+    style[: values.numel()] = values
+    return style
+
+
+def video_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
+    from generators.avatar_renderer import EMOTIONS
+
+    style = torch.zeros(style_dim)
+    style[EMOTIONS.index(emotion)] = 1.0
+    style[len(EMOTIONS)] = intensity
+    return style
+
+
+# ---------------------------------------------------------------------- rendering
+@dataclass
+class RenderSettings:
+    speech_style_dim: int = 16
+    video_style_dim: int = 16
+    speech_content_dim: int = 64
+    video_content_dim: int = 32
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(settings: RenderSettings) -> None:
+    # One set of generators per worker process, built once.
+    from generators.avatar_renderer import AvatarRenderer
+    from generators.avatars import AvatarRegistry
+    from generators.piper_speech import PiperSpeech
+
+    torch.set_num_threads(1)
+    _WORKER["speech"] = PiperSpeech(content_dim=settings.speech_content_dim, style_dim=settings.speech_style_dim)
+    _WORKER["head"] = AvatarRenderer(content_dim=settings.video_content_dim, style_dim=settings.video_style_dim)
+    _WORKER["avatars"] = AvatarRegistry()
+    _WORKER["settings"] = settings
+
+
+def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
+    """Speak and animate every utterance of one ED conversation; return its examples as
+    avatar JSONL records (media paths relative to the output folder)."""
+    from ..media import write_mp4, write_wav
+
+    record, out_dir = task
+    speech, head, avatars, settings = _WORKER["speech"], _WORKER["head"], _WORKER["avatars"], _WORKER["settings"]
+    conv_id = record["conv_id"]
+    emotion = fold_emotion(record["emotion"])
+    utterances = record["utterances"]
+    roles = record.get("roles") or ["speaker" if i % 2 == 0 else "listener" for i in range(len(utterances))]
+    profiles = {role: pooled_profile(conv_id, role) for role in ("speaker", "listener")}
+    folder = Path(out_dir) / "clips" / _safe(conv_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    turns = []
+    for index, (text, role) in enumerate(zip(utterances, roles)):
+        shown, intensity = (emotion, SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[emotion]
+        avatar = avatars.for_profile(profiles[role])
+        stem = folder / f"utt{index}"
+        if not (stem.with_suffix(".mp4").is_file() and stem.with_suffix(".wav").is_file()):
+            wave = speech.synthesize(text, None, speech_style(shown, intensity, settings.speech_style_dim), avatar)
+            video = head.animate(wave, None, video_style(shown, intensity, settings.video_style_dim), avatar.portrait)
+            write_wav(stem.with_suffix(".wav"), wave.samples, wave.sample_rate)
+            write_mp4(stem.with_suffix(".mp4"), video.frames, video.fps, wave.samples, wave.sample_rate)
+        relative = stem.relative_to(out_dir)
+        turns.append({"role": role, "text": text, "audio": f"{relative}.wav", "video": f"{relative}.mp4"})
+    examples = []
+    for i in range(1, len(turns)):
+        if turns[i]["role"] != "listener":
+            continue
+        examples.append(
+            {
+                "id": f"{conv_id}/{i}",
+                "context": record.get("situation"),
+                "speaker": profiles["speaker"],
+                "listener": profiles["listener"],
+                "emotion": record["emotion"],
+                "history": turns[:i],
+                "response": {k: turns[i][k] for k in ("text", "audio", "video")},
+                "chain": {"event_scenario": record.get("situation")},
+            }
+        )
+    return examples
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def render_ed_conversations(
+    path: PathLike,
+    out_dir: PathLike,
+    settings: Optional[RenderSettings] = None,
+    limit: Optional[int] = None,
+    workers: int = 1,
+    progress: bool = True,
+) -> Path:
+    """Render an EmpatheticDialogues conversations file into ``out_dir/train.jsonl``
+    (avatar JSONL, one example per listener turn) with ``out_dir/clips/<conv>/uttN.wav``
+    and ``.mp4``. Clips already on disk are kept, so an interrupted run resumes."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    settings = settings or RenderSettings()
+    records = [r for _, r in _read_jsonl(Path(path))][:limit]
+    tasks = [(r, str(out_dir)) for r in records]
+    lines: List[dict] = []
+    bar = tqdm(total=len(tasks), desc="rendering conversations", unit="conv", disable=not progress)
+    if workers <= 1:
+        _init_worker(settings)
+        for task in tasks:
+            lines += _render_conversation(task)
+            bar.update(1)
+    else:
+        with ProcessPoolExecutor(workers, initializer=_init_worker, initargs=(settings,)) as pool:
+            for examples in pool.map(_render_conversation, tasks, chunksize=4):
+                lines += examples
+                bar.update(1)
+    bar.close()
+    target = out_dir / "train.jsonl"
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,72 @@
+"""The fixed EmpatheticDialogues evaluation split and the rendered multimodal set."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from empatheia.cli import main
+from empatheia.data import read_dataset
+from empatheia.data.render import (
+    LISTENER_EXPRESSION,
+    conversation_rank,
+    pooled_profile,
+    render_ed_conversations,
+    split_conversations,
+    split_ed_file,
+)
+
+CONVERSATIONS = [
+    {"conv_id": "hit:1_conv:1", "situation": "I won a prize in the school raffle.", "emotion": "joyful",
+     "utterances": ["I won the raffle today!", "No way, congratulations!", "I never win anything."]},
+    {"conv_id": "hit:2_conv:4", "situation": "My grandmother passed away.", "emotion": "devastated",
+     "utterances": ["My grandmother died last night.", "I am so sorry. Were you close?"]},
+]
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_split_holds_out_an_exact_share_by_conversation(tmp_path):
+    ids = [f"hit:{i}_conv:{i * 2}" for i in range(95)]
+    train, held = split_conversations(ids + ids[:5])  # repeated ids stay on one side
+    assert len(set(held)) == 10 and not set(train) & set(held)
+    assert set(held) == set(sorted(set(ids), key=conversation_rank)[:10])
+    assert split_conversations(list(reversed(ids)))[1] == sorted(set(held), key=ids[::-1].index)  # order-free
+
+    source = _write(tmp_path / "ed.jsonl", [{**CONVERSATIONS[0], "conv_id": c} for c in ids])
+    assert main(["data", "split", str(source), "--out", str(tmp_path / "split")]) == 0
+    summary = json.loads((tmp_path / "split" / "split.json").read_text())
+    assert (summary["train"], summary["eval"]) == (85, 10) and summary["eval_ids"] == sorted(set(held))
+    evaluated = [json.loads(line)["conv_id"] for line in (tmp_path / "split" / "eval.jsonl").read_text().splitlines()]
+    assert sorted(evaluated) == sorted(set(held))
+    assert split_ed_file(source, tmp_path / "again")["eval"].read_text() == (tmp_path / "split" / "eval.jsonl").read_text()
+
+
+def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
+    from generators.avatar_renderer import EMOTIONS, AvatarRenderer
+
+    source = _write(tmp_path / "ed.jsonl", CONVERSATIONS)
+    path = render_ed_conversations(source, tmp_path / "rendered", progress=False)
+    corpus = read_dataset(path)
+    assert [d.id for d in corpus] == ["hit:1_conv:1/1", "hit:2_conv:4/1"]
+    first = corpus[0]
+    assert first.turns[0].audio.is_file() and first.turns[0].video.is_file()
+    assert first.response_audio.is_file() and first.response_video.is_file()
+    assert first.listener_profile == pooled_profile("hit:1_conv:1", "listener")
+    assert first.listener_profile["ID"].startswith("ed-listener-")
+
+    # The listener answers joy with joy and grief softly: the rendered faces say so.
+    renderer = AvatarRenderer()
+    joyful, grieving = renderer.style_features([corpus[0].response_video, corpus[1].response_video])
+    assert EMOTIONS[int(torch.argmax(joyful[:7]))] == LISTENER_EXPRESSION["happy"][0] == "happy"
+    assert EMOTIONS[int(torch.argmax(grieving[:7]))] == LISTENER_EXPRESSION["sad"][0] == "sad"
+    assert joyful[7] > grieving[7]  # the listener's joy is stronger than its sorrow
+
+    # A second run keeps the clips it finds (an interrupted run resumes).
+    stamp = first.turns[0].audio.stat().st_mtime_ns
+    render_ed_conversations(source, tmp_path / "rendered", progress=False)
+    assert first.turns[0].audio.stat().st_mtime_ns == stamp
