@@ -70,3 +70,22 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     stamp = first.turns[0].audio.stat().st_mtime_ns
     render_ed_conversations(source, tmp_path / "rendered", progress=False)
     assert first.turns[0].audio.stat().st_mtime_ns == stamp
+
+
+def test_the_example_dialogues_come_with_their_media():
+    from pathlib import Path
+
+    from empatheia.data.check import check_dataset
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    corpus = read_dataset(examples / "dialogues.json", media_root=examples / "media")
+    assert [d.id for d in corpus] == ["00001/0", "00002/0", "00003/0"]
+    for dialogue in corpus:
+        assert all(turn.audio is not None and turn.video is not None for turn in dialogue.turns)
+        assert not dialogue.missing_media
+    # OpenCV's Haar detector does not find the renderer's drawn faces: decode without it.
+    from empatheia.config import VideoEncoderConfig
+
+    report = check_dataset(examples / "dialogues.json", media_root=examples / "media", decode_media=True,
+                           video=VideoEncoderConfig(face_crop=False), progress=False)
+    assert report.ok and report.decoded == 18 and report.media_found
