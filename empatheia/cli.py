@@ -74,7 +74,7 @@ def respond(args: argparse.Namespace) -> int:
         _progress("loading the speech" + (" and talking-head" if args.animate else "") + " generators")
         model.generators()
     response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
-    out = response.save(args.out)
+    out = response.save(args.out, dialogue)
     _progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "emotion": response.emotion.label}, ensure_ascii=False))
     return 0

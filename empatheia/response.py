@@ -15,6 +15,8 @@ from .prompts import ChainOfEmpathy
 if TYPE_CHECKING:
     from generators.base import VideoFrames, Waveform
 
+    from .dialogue import Dialogue
+
 
 @dataclass
 class LabelPrediction:
@@ -71,11 +73,13 @@ class EmpatheticResponse:
                 "size": list(self.video.frames.shape[1:3])},
         }
 
-    def save(self, directory: Union[str, Path]) -> Path:
-        """Write ``response.json``, the generator signals as ``features.safetensors``, and,
-        when generated, ``response.wav`` and ``response.mp4`` (H.264 with the speech
-        muxed as AAC)."""
+    def save(self, directory: Union[str, Path], dialogue: Optional["Dialogue"] = None) -> Path:
+        """Write ``response.json``, the generator signals as ``features.safetensors``,
+        ``index.html`` (the dialogue when given, the Chain of Empathy, the emotion
+        probabilities and the answer's player) and, when generated, ``response.wav`` and
+        ``response.mp4`` (H.264 with the speech muxed as AAC)."""
         from .media import write_mp4, write_wav
+        from .page import response_page
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -86,6 +90,7 @@ class EmpatheticResponse:
             rate = self.audio.sample_rate if self.audio is not None else None
             write_mp4(directory / "response.mp4", self.video.frames, self.video.fps, audio, rate)
         (directory / "response.json").write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        (directory / "index.html").write_text(response_page(self, dialogue), encoding="utf-8")
         save_file(
             {name: getattr(self, name).detach().float().contiguous().cpu() for name in _FEATURES},
             str(directory / "features.safetensors"),

@@ -170,3 +170,13 @@ def test_extract_features_with_the_generators_of_a_model(tmp_path):
     assert features["video_style"].shape == (config.style_disentangler.video_style_dim,)
     with pytest.raises(SystemExit, match="either --extractor"):
         main(["data", "extract-features", str(train), "--out", str(out)])
+
+
+def test_the_response_page_shows_dialogue_chain_emotions_and_player(tiny, tmp_path):
+    dialogue = _dialogue("My dog <Max> ran away & I can't find him.")
+    response = tiny.respond(dialogue, max_new_tokens=4, animate=True)
+    page = (response.save(tmp_path / "answer", dialogue) / "index.html").read_text()
+    assert "My dog &lt;Max&gt; ran away &amp; I can&#x27;t find him." in page  # escaped, never raw
+    assert '<video src="response.mp4"' in page and "Chain of Empathy" in page
+    for label, p in response.emotion.probabilities.items():
+        assert f"<td>{label}</td><td>{p:.1%}</td>" in page

@@ -1,0 +1,63 @@
+"""A self-contained HTML page of one response: the dialogue, the Chain of Empathy, the
+predicted emotion with its probabilities, and the spoken, animated answer."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING, Optional
+
+
+if TYPE_CHECKING:
+    from .dialogue import Dialogue
+    from .response import EmpatheticResponse
+
+_CHAIN_TITLES = (
+    ("event_scenario", "Event scenario"),
+    ("speaker_emotion", "The speaker's emotion"),
+    ("emotion_cause", "Emotion cause"),
+    ("goal_to_response", "Goal of the response"),
+)
+_STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 760px; margin: 2em auto; color: #222; line-height: 1.45; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.6em; color: #444; }
+.turn { margin: .4em 0; padding: .5em .8em; border-radius: 10px; max-width: 85%; }
+.speaker { background: #eef2f7; } .listener { background: #e9f5ec; margin-left: auto; }
+.answer { background: #d8f0df; margin-left: auto; border: 1px solid #9ccfab; }
+.role { font-size: .75em; color: #666; text-transform: uppercase; letter-spacing: .05em; }
+dl.chain dt { font-weight: 600; margin-top: .4em; } dl.chain dd { margin: 0 0 0 1em; }
+table.probs td { padding: 1px 6px; } .bar { background: #6a9fd4; height: .8em; border-radius: 3px; }
+.top td { font-weight: 600; } video { width: 320px; border-radius: 8px; display: block; margin: .6em 0; }
+"""
+
+
+def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"] = None) -> str:
+    """The page as a string; it refers to ``response.wav`` and ``response.mp4`` beside it."""
+    parts = [f"<!doctype html><html lang=en><meta charset=utf-8><title>Empatheia response</title><style>{_STYLE}</style>",
+             "<h1>Empatheia response</h1>"]
+    if dialogue is not None:
+        parts.append("<h2>Dialogue</h2>")
+        if dialogue.context:
+            parts.append(f"<p><em>{escape(dialogue.context)}</em></p>")
+        for turn in dialogue.turns:
+            parts.append(f'<div class="turn {escape(turn.role)}"><div class=role>{escape(turn.role)}</div>{escape(turn.text)}</div>')
+    parts.append('<h2>Answer</h2><div class="turn answer"><div class=role>listener (Empatheia)</div>'
+                 f"{escape(response.text) or '<em>(empty)</em>'}</div>")
+    if response.video is not None:
+        parts.append('<video src="response.mp4" controls playsinline></video>')
+    elif response.audio is not None:
+        parts.append('<audio src="response.wav" controls></audio>')
+    parts.append("<h2>Chain of Empathy</h2><dl class=chain>")
+    for field, title in _CHAIN_TITLES:
+        value = getattr(response.chain, field, None)
+        parts.append(f"<dt>{escape(title)}</dt><dd>{escape(value) if value else '<em>(not stated)</em>'}</dd>")
+    parts.append("</dl><h2>Predicted emotion</h2><table class=probs>")
+    ranked = sorted(response.emotion.probabilities.items(), key=lambda item: -item[1])
+    for label, p in ranked:
+        top = " class=top" if label == response.emotion.label else ""
+        parts.append(f'<tr{top}><td>{escape(label)}</td><td>{p:.1%}</td>'
+                     f'<td style="width:220px"><div class=bar style="width:{100 * p:.1f}%"></div></td></tr>')
+    parts.append("</table>")
+    if response.profile:
+        profile = ", ".join(f"{escape(name)}: {escape(p.label)}" for name, p in response.profile.items())
+        parts.append(f"<p>Avatar profile read from the dialogue: {profile}</p>")
+    return "\n".join(parts) + "\n</html>\n"
