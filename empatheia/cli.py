@@ -6,6 +6,8 @@
   generator features for training stages 2-4.
 * ``empatheia train CONFIG.yaml [--set key=value ...] [--resume]``: run a training recipe
   (one process, or N under ``torchrun``/``deepspeed``).
+* ``empatheia eval ...``: score predictions or run a model over a dataset and score it.
+* ``empatheia human export|aggregate ...``: the human-evaluation kit.
 """
 
 from __future__ import annotations
@@ -301,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
     p.set_defaults(run=train)
+
+    from .evaluation.cli import add_eval_parsers
+
+    add_eval_parsers(commands)
     return parser
 
 

@@ -1,0 +1,277 @@
+"""Command line of the evaluation: ``empatheia eval`` and ``empatheia human``.
+
+Hook it into the main parser with one call::
+
+    from .evaluation.cli import add_eval_parsers
+    add_eval_parsers(commands)   # the main parser's add_subparsers() object
+
+Commands (each parser sets ``run``, a function of the parsed arguments returning the exit
+status; errors are ``SystemExit("error: ...")``):
+
+* ``empatheia eval --predictions P --references R --out DIR [--allow-missing]``: score
+  files; writes ``DIR/metrics.json``, ``DIR/report.md``, ``DIR/report.html`` and the SVG
+  plots.
+* ``empatheia eval --checkpoint DIR | --preset NAME --data FILE [--format F]
+  [--media-root DIR] --out DIR [--batch-size N] [--limit N] [--max-new-tokens N]``: answer
+  the dataset (resumable: rerun the same command to continue), then score as above; also
+  writes ``DIR/predictions.jsonl``, ``DIR/references.jsonl`` and ``DIR/run.json``.
+* ``empatheia human export --data FILE --predictions [NAME=]P ... --out KIT [--n 200]
+  [--annotators 3|a,b,c] [--seed 0] [--criteria auto|text|multimodal|all]
+  [--include-gold]``: rating sheets (``KIT/sheets/<annotator>.csv``), ``KIT/key.csv`` and
+  ``KIT/instructions.md``.
+* ``empatheia human aggregate KIT/sheets [--key KIT/key.csv] --out DIR``: per-system,
+  per-criterion means and agreement into ``DIR/human_scores.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+
+def _progress(message: str) -> None:
+    print(f"[empatheia] {message}", file=sys.stderr, flush=True)
+
+
+def _labels(path: Optional[Path]):
+    """Label sets from a YAML file, or ``None`` (the default ones)."""
+    from ..labels import LabelSets
+
+    if path is None:
+        return None
+    try:
+        return LabelSets.from_yaml(path)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}")
+
+
+def _load_model(args: argparse.Namespace):
+    import torch
+
+    from ..modeling import Empatheia
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    try:
+        if args.checkpoint is not None:
+            _progress(f"loading model from {args.checkpoint}")
+            model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
+        else:
+            _progress(f"building the {args.preset} preset")
+            model = Empatheia.from_preset(args.preset, dtype=dtype)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        raise SystemExit(f"error: {error}")
+    if args.device:
+        model.to(args.device)
+    return model
+
+
+def _check_mode(args: argparse.Namespace) -> str:
+    """``"files"`` or ``"model"``; mixing the two modes' options is an error."""
+    files = args.predictions is not None or args.references is not None
+    model = args.checkpoint is not None or args.preset is not None
+    if files and model:
+        raise SystemExit("error: give either --predictions/--references (score files) or --checkpoint/--preset with --data, not both")
+    if files:
+        if args.predictions is None or args.references is None:
+            raise SystemExit("error: scoring files needs both --predictions and --references")
+        given = [f"--{name.replace('_', '-')}" for name in ("data", "limit", "max_new_tokens", "media_root", "device", "dtype")
+                 if getattr(args, name) is not None]
+        if given:
+            raise SystemExit(f"error: {', '.join(given)} only apply with --checkpoint/--preset")
+        return "files"
+    if not model:
+        raise SystemExit("error: give --predictions P --references R, or --checkpoint DIR / --preset NAME with --data FILE")
+    if args.data is None:
+        raise SystemExit("error: --checkpoint/--preset needs --data FILE")
+    if args.allow_missing:
+        raise SystemExit("error: --allow-missing only applies to scoring files (a model run predicts every example)")
+    for name in ("batch_size", "limit", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
+    return "model"
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """``empatheia eval``: score files, or run a model over a dataset and score it."""
+    from ..errors import DataError
+    from .report import REPORT_HTML, REPORT_MD, write_report
+    from .runner import METRICS_NAME, RunMismatchError, evaluate_dataset, score_files, write_metrics
+
+    mode = _check_mode(args)
+    labels = _labels(args.labels)
+    try:
+        if mode == "files":
+            metrics = score_files(
+                args.predictions, args.references, allow_missing=args.allow_missing, labels=labels,
+                similarity=args.similarity, polarity=args.polarity,
+            )
+            write_metrics(metrics, args.out)
+        else:
+            model = _load_model(args)
+            run_info = {
+                "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
+                "data": str(Path(args.data).resolve()),
+                "format": args.format,
+                "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
+                "labels": str(Path(args.labels).resolve()) if args.labels else None,
+                "dtype": args.dtype,
+            }
+            metrics, summary = evaluate_dataset(
+                model, args.data, args.out, format=args.format, media_root=args.media_root, labels=labels,
+                limit=args.limit, batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens,
+                run_info=run_info, progress=not args.no_progress, similarity=args.similarity, polarity=args.polarity,
+            )
+            _progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
+        written = write_report(metrics, args.out)
+    except (DataError, RunMismatchError, ImportError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}")
+    missing = metrics["missing"]
+    if missing["without_reference"] or missing["without_prediction"]:
+        _progress(f"left out: {len(missing['without_reference'])} prediction(s) without reference, "
+                  f"{len(missing['without_prediction'])} reference(s) without prediction (ids in metrics.json)")
+    out = Path(args.out)
+    summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2")}
+    summary_line.update(metrics=str(out / METRICS_NAME), report=str(written[REPORT_HTML]), markdown=str(written[REPORT_MD]))
+    print(json.dumps(summary_line))
+    return 0
+
+
+def _predictions_specs(specs: List[str]) -> Dict[str, Path]:
+    """``NAME=PATH`` (or ``PATH``: the name is the file's stem, or its folder's name for a
+    ``predictions.jsonl``) -> ``{name: path}``."""
+    systems: Dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            path = spec
+            name = Path(spec).parent.name if Path(spec).name == "predictions.jsonl" else Path(spec).stem
+        if not name or not path:
+            raise SystemExit(f"error: --predictions {spec!r}: expected NAME=PATH or PATH")
+        if name in systems:
+            raise SystemExit(f"error: two prediction files are named {name!r}; name them with NAME=PATH")
+        systems[name] = Path(path)
+    return systems
+
+
+def run_human_export(args: argparse.Namespace) -> int:
+    """``empatheia human export``: rating sheets for sampled dialogues."""
+    from ..data.readers import read_dataset
+    from ..errors import DataError
+    from .human import export_kit
+
+    systems = _predictions_specs(args.predictions or [])
+    try:
+        corpus = read_dataset(args.data, format=args.format, media_root=args.media_root, labels=_labels(args.labels))
+        result = export_kit(
+            corpus.dialogues, systems, args.out, n=args.n, annotators=args.annotators, seed=args.seed,
+            criteria=args.criteria, include_gold=args.include_gold, overwrite=args.overwrite,
+        )
+    except (DataError, ValueError, FileExistsError) as error:
+        raise SystemExit(f"error: {error}")
+    _progress(f"{result.items} item(s) ({result.dialogues} dialogues x {len(systems) + args.include_gold} system(s)) "
+              f"for {len(result.sheets)} annotator(s), criteria {result.criteria}")
+    print(json.dumps({"key": str(result.key), "sheets": [str(s) for s in result.sheets], "instructions": str(result.instructions)}))
+    return 0
+
+
+def _sheet_paths(specs: List[Path]) -> List[Path]:
+    paths: List[Path] = []
+    for spec in specs:
+        if spec.is_dir():
+            found = sorted(spec.glob("*.csv"))
+            if not found:
+                raise SystemExit(f"error: {spec} holds no .csv sheet")
+            paths.extend(found)
+        else:
+            paths.append(spec)
+    return paths
+
+
+def run_human_aggregate(args: argparse.Namespace) -> int:
+    """``empatheia human aggregate``: means and agreement of filled sheets."""
+    from .human import KEY_NAME, SheetError, aggregate, render_results_markdown, write_results
+
+    sheets = _sheet_paths(args.sheets)
+    key = args.key
+    if key is None:
+        # The export's layout: KIT/key.csv beside KIT/sheets/.
+        key = sheets[0].resolve().parent.parent / KEY_NAME
+        if not key.is_file():
+            raise SystemExit(f"error: no key found at {key}; give --key KIT/key.csv")
+    try:
+        results = aggregate(sheets, key)
+    except (SheetError, ValueError) as error:
+        raise SystemExit(f"error: {error}")
+    json_path, md_path = write_results(results, args.out)
+    print(render_results_markdown(results))
+    _progress(f"wrote {json_path} and {md_path}")
+    return 0
+
+
+def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
+    """Add ``eval`` and ``human`` (``export``, ``aggregate``) to a parser's subcommands;
+    each sets ``run``."""
+    from ..data.readers import FORMATS
+
+    p = subparsers.add_parser(
+        "eval",
+        help="score predictions, or run a model over a dataset and score it (metrics.json, report)",
+        description="Score --predictions against --references, or answer --data with --checkpoint/--preset "
+        "(resumable) and score that. Writes metrics.json, report.md, report.html and SVG plots into --out.",
+    )
+    files = p.add_argument_group("scoring files")
+    files.add_argument("--predictions", type=Path, help="predictions JSONL: id, text, emotion per line")
+    files.add_argument("--references", type=Path, help="references JSONL: id, response, emotion (age, gender) per line")
+    files.add_argument("--allow-missing", action="store_true",
+                       help="score the ids in both files and list the others (default: an error)")
+    model = p.add_argument_group("running a model")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
+    source.add_argument("--preset", help="build a preset instead (tiny: random weights, for trying things)")
+    model.add_argument("--data", type=Path, help="the dataset to answer (AvaMERG JSON, EmpatheticDialogues or avatar JSONL)")
+    model.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    model.add_argument("--media-root", type=Path, help="folder of the media files")
+    model.add_argument("--batch-size", type=int, default=None, help="dialogues per respond call (default 8)")
+    model.add_argument("--limit", type=int, help="answer only the first N examples")
+    model.add_argument("--max-new-tokens", type=int, default=None)
+    model.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
+    model.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    model.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
+    p.add_argument("--similarity", action="store_true",
+                   help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")
+    p.add_argument("--polarity", action="store_true",
+                   help="also the emotion/sentiment/empathy polarity (references need 'history')")
+    p.add_argument("--out", type=Path, required=True, help="output folder (rerun with the same one to resume)")
+    p.set_defaults(run=run_eval)
+
+    human = subparsers.add_parser("human", help="human evaluation: export rating sheets, aggregate filled ones").add_subparsers(
+        dest="human_command", required=True
+    )
+    p = human.add_parser("export", help="rating sheets for N sampled dialogues (blind, one CSV per annotator)")
+    p.add_argument("--data", type=Path, required=True, help="the dataset the predictions answer (gives the dialogues)")
+    p.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    p.add_argument("--media-root", type=Path, help="folder of the media files")
+    p.add_argument("--labels", type=Path, help="YAML label sets of the dataset (default: AvaMERG's)")
+    p.add_argument("--predictions", action="append", metavar="[NAME=]PATH",
+                   help="a system's predictions JSONL (repeatable; NAME defaults to the file or folder name)")
+    p.add_argument("--include-gold", action="store_true", help="also rate the dataset's gold responses (system 'gold')")
+    p.add_argument("--n", type=int, default=200, help="dialogues to sample (default 200, as in the paper)")
+    p.add_argument("--annotators", default="3", help="a number (A1..AN) or comma-separated names (default 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--criteria", default="auto", choices=["auto", "text", "multimodal", "all"],
+                   help="text: Empathy, Coherence, Informativity, Fluency; multimodal: the six MERG criteria; "
+                        "auto: all when every response has media, else text")
+    p.add_argument("--out", type=Path, required=True, help="kit folder: key.csv, sheets/, instructions.md")
+    p.add_argument("--overwrite", action="store_true", help="replace a kit already in --out")
+    p.set_defaults(run=run_human_export)
+
+    p = human.add_parser("aggregate", help="per-criterion means per system and inter-annotator agreement")
+    p.add_argument("sheets", type=Path, nargs="+", metavar="SHEET", help="filled sheets, or folders of them")
+    p.add_argument("--key", type=Path, help="the kit's key.csv (default: beside the sheets' folder)")
+    p.add_argument("--out", type=Path, required=True, help="folder for human_scores.json and human_scores.md")
+    p.set_defaults(run=run_human_aggregate)

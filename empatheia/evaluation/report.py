@@ -1,0 +1,314 @@
+"""The evaluation report: ``report.md`` and ``report.html`` with SVG plots.
+
+:func:`write_report` turns the metrics of :func:`~empatheia.evaluation.runner.score` into
+
+* ``confusion_matrix.svg``: gold emotion (rows) by predicted emotion (columns), each cell
+  the count, shaded by its share of the row (the recall of the gold class);
+* ``per_emotion_accuracy.svg``: accuracy per gold emotion (Figure 6, left);
+* ``accuracy_by_age.svg``, ``accuracy_by_gender.svg``: accuracy per value of the user's
+  (speaker's) age and gender, when the references give them (Figure 6, middle and right);
+* ``report.md``, which includes those files by relative link, and ``report.html``, which
+  embeds the same SVGs inline (one self-contained file).
+
+The SVGs are drawn here (no plotting library): plain SVG 1.1, valid XML, every label
+escaped. All files are written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .runner import write_text_atomic
+
+PathLike = Union[str, Path]
+
+CONFUSION_SVG = "confusion_matrix.svg"
+PER_EMOTION_SVG = "per_emotion_accuracy.svg"
+GROUP_SVG = "accuracy_by_{attribute}.svg"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+
+_FONT = "font-family='Helvetica, Arial, sans-serif'"
+_BAR_COLOR = "#4C72B0"
+_FRACTIONS = ("emotion_accuracy", "emotion_macro_f1", "chain_emotion_accuracy", "dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_3", "bleu_4")
+_NAMES = {
+    "count": "Scored responses",
+    "emotion_accuracy": "Emotion accuracy (Acc)",
+    "emotion_macro_f1": "Emotion macro-F1",
+    "chain_emotion_accuracy": "Chain-of-Empathy emotion accuracy",
+    "dist_1": "Dist-1",
+    "dist_2": "Dist-2",
+}
+
+
+def _e(text: Any) -> str:
+    """Text escaped for XML/HTML content and attribute values."""
+    return html.escape(str(text), quote=True)
+
+
+# ====================================================================== SVG
+def heatmap_svg(
+    matrix: Sequence[Sequence[float]],
+    row_labels: Sequence[str],
+    column_labels: Sequence[str],
+    title: str,
+    row_title: str = "gold",
+    column_title: str = "predicted",
+    cell: int = 46,
+) -> str:
+    """A heatmap as an SVG document: each cell shows its value and is shaded by its share
+    of its row (white = 0, dark blue = the whole row)."""
+    rows, cols = len(row_labels), len(column_labels)
+    left, top = 130, 150
+    width, height = left + cols * cell + 70, top + rows * cell + 30
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' viewBox='0 0 {width} {height}' {_FONT} font-size='12'>",
+        f"<title>{_e(title)}</title>",
+        f"<rect width='{width}' height='{height}' fill='white'/>",
+        f"<text x='{width / 2:.1f}' y='22' text-anchor='middle' font-size='15' font-weight='bold'>{_e(title)}</text>",
+        f"<text x='{left + cols * cell / 2:.1f}' y='44' text-anchor='middle' font-style='italic'>{_e(column_title)}</text>",
+        f"<text x='16' y='{top + rows * cell / 2:.1f}' text-anchor='middle' font-style='italic' "
+        f"transform='rotate(-90 16 {top + rows * cell / 2:.1f})'>{_e(row_title)}</text>",
+    ]
+    for j, label in enumerate(column_labels):
+        x, y = left + j * cell + cell / 2, top - 8
+        parts.append(f"<text x='{x:.1f}' y='{y}' transform='rotate(-45 {x:.1f} {y})'>{_e(label)}</text>")
+    for i, label in enumerate(row_labels):
+        total = sum(matrix[i]) if i < len(matrix) else 0
+        y = top + i * cell
+        parts.append(f"<text x='{left - 8}' y='{y + cell / 2 + 4:.1f}' text-anchor='end'>{_e(label)}</text>")
+        for j in range(cols):
+            value = matrix[i][j]
+            share = value / total if total else 0.0
+            text_color = "white" if share > 0.55 else "black"
+            parts.append(
+                f"<rect x='{left + j * cell}' y='{y}' width='{cell}' height='{cell}' fill='{_blue(share)}' stroke='#cccccc'>"
+                f"<title>{_e(label)} -> {_e(column_labels[j])}: {_e(_number(value))}</title></rect>"
+            )
+            parts.append(
+                f"<text x='{left + j * cell + cell / 2:.1f}' y='{y + cell / 2 + 4:.1f}' text-anchor='middle' "
+                f"fill='{text_color}'>{_e(_number(value))}</text>"
+            )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def bar_chart_svg(
+    bars: Sequence[Tuple[str, Optional[float], int]],
+    title: str,
+    value_title: str = "accuracy",
+    bar_width: int = 54,
+) -> str:
+    """A bar chart of fractions in [0, 1] as an SVG document. ``bars`` are
+    ``(label, value or None, count)``; a ``None`` value (no example) has no bar and reads
+    "n/a"; each bar shows its value as a percentage and its count below the label."""
+    plot_height, left, top, gap = 220, 60, 50, 18
+    width = max(left + max(1, len(bars)) * (bar_width + gap) + 20, int(len(title) * 8.5) + 40)  # room for the title
+    height = top + plot_height + 90
+    base = top + plot_height
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' viewBox='0 0 {width} {height}' {_FONT} font-size='12'>",
+        f"<title>{_e(title)}</title>",
+        f"<rect width='{width}' height='{height}' fill='white'/>",
+        f"<text x='{width / 2:.1f}' y='22' text-anchor='middle' font-size='15' font-weight='bold'>{_e(title)}</text>",
+        f"<text x='14' y='{top + plot_height / 2:.1f}' text-anchor='middle' font-style='italic' "
+        f"transform='rotate(-90 14 {top + plot_height / 2:.1f})'>{_e(value_title)}</text>",
+    ]
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        y = base - tick * plot_height
+        parts.append(f"<line x1='{left}' y1='{y:.1f}' x2='{width - 10}' y2='{y:.1f}' stroke='#e0e0e0'/>")
+        parts.append(f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{tick:.0%}</text>")
+    parts.append(f"<line x1='{left}' y1='{top}' x2='{left}' y2='{base}' stroke='black'/>")
+    parts.append(f"<line x1='{left}' y1='{base}' x2='{width - 10}' y2='{base}' stroke='black'/>")
+    for k, (label, value, count) in enumerate(bars):
+        x = left + gap / 2 + k * (bar_width + gap)
+        middle = x + bar_width / 2
+        if value is None:
+            parts.append(f"<text x='{middle:.1f}' y='{base - 6}' text-anchor='middle' fill='#888888'>n/a</text>")
+        else:
+            clipped = min(max(value, 0.0), 1.0)
+            bar_height = clipped * plot_height
+            parts.append(
+                f"<rect x='{x:.1f}' y='{base - bar_height:.1f}' width='{bar_width}' height='{bar_height:.1f}' fill='{_BAR_COLOR}'>"
+                f"<title>{_e(label)}: {value:.2%} of {count}</title></rect>"
+            )
+            parts.append(f"<text x='{middle:.1f}' y='{base - bar_height - 5:.1f}' text-anchor='middle'>{value:.1%}</text>")
+        parts.append(f"<text x='{middle:.1f}' y='{base + 16}' text-anchor='middle'>{_e(label)}</text>")
+        parts.append(f"<text x='{middle:.1f}' y='{base + 31}' text-anchor='middle' fill='#666666' font-size='10'>n={count}</text>")
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def _blue(share: float) -> str:
+    """White (0) to dark blue (1)."""
+    share = min(max(share, 0.0), 1.0)
+    low, high = (255, 255, 255), (8, 48, 107)
+    r, g, b = (round(a + (b - a) * share) for a, b in zip(low, high))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+# ====================================================================== report
+def _value(key: str, value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f} ({value:.2%})" if key.split(".")[-1] in _FRACTIONS else f"{value:.4f}"
+    if value is None:
+        return "n/a"
+    return str(value)
+
+
+def _scalars(metrics: Mapping[str, Any]) -> List[Tuple[str, Any]]:
+    """The headline numbers: top-level numbers, and the numbers of top-level dicts added
+    by the text metrics (``bleu.bleu_4``), in the order they come."""
+    rows = []
+    for key, value in metrics.items():
+        if key in ("emotion", "by_group", "missing", "implementations", "sources", "run"):
+            continue
+        if _is_number(value) or value is None:
+            rows.append((key, value))
+        elif isinstance(value, dict):
+            rows.extend((f"{key}.{k}", v) for k, v in value.items() if _is_number(v) or v is None)
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _accuracy_table(counts: Sequence[Tuple[str, Optional[float], int, int]]) -> List[List[str]]:
+    return [[name, str(correct), str(n), "n/a" if accuracy is None else f"{accuracy:.2%}"] for name, accuracy, correct, n in counts]
+
+
+def _per_class(emotion: Mapping[str, Any]) -> List[Tuple[str, Optional[float], int, int]]:
+    """``(gold class, accuracy, correct, support)`` from an emotion report."""
+    rows = emotion.get("confusion_rows", emotion["labels"])
+    columns = emotion.get("confusion_columns", rows)
+    out = []
+    for k, label in enumerate(rows):
+        entry = emotion["per_class"][label]
+        correct = emotion["confusion"][k][columns.index(label)] if label in columns else 0
+        out.append((label, entry.get("accuracy"), int(correct), int(entry.get("support", sum(emotion["confusion"][k])))))
+    return out
+
+
+def _groups(table: Mapping[str, Mapping[str, Any]]) -> List[Tuple[str, Optional[float], int, int]]:
+    return [(value, row["accuracy"], int(row["correct"]), int(row["n"])) for value, row in table.items()]
+
+
+def _bars(counts: Sequence[Tuple[str, Optional[float], int, int]]) -> List[Tuple[str, Optional[float], int]]:
+    return [(name, accuracy, n) for name, accuracy, _, n in counts]
+
+
+def build_plots(metrics: Mapping[str, Any]) -> Dict[str, str]:
+    """SVG documents by file name, for what the metrics hold."""
+    plots: Dict[str, str] = {}
+    emotion = metrics.get("emotion")
+    if emotion:
+        rows = emotion.get("confusion_rows", emotion["labels"])
+        columns = emotion.get("confusion_columns", rows)
+        plots[CONFUSION_SVG] = heatmap_svg(emotion["confusion"], rows, columns, "Emotion confusion matrix")
+        plots[PER_EMOTION_SVG] = bar_chart_svg(_bars(_per_class(emotion)), "Accuracy per emotion")
+        for attribute, table in (emotion.get("by_group") or {}).items():
+            plots[GROUP_SVG.format(attribute=attribute)] = bar_chart_svg(_bars(_groups(table)), f"Accuracy by the user's {attribute}")
+    return plots
+
+
+def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tuple[str, List[str], List[List[str]], Optional[str], List[str]]]:
+    """``(heading, table header, table rows, plot file or None, notes)`` per section."""
+    sections = []
+    scalars = [[_NAMES.get(k, k), _value(k, v)] for k, v in _scalars(metrics)]
+    notes = []
+    sources = metrics.get("sources") or {}
+    for name in ("predictions", "references"):
+        if name in sources:
+            notes.append(f"{name.capitalize()}: {sources[name]}")
+    if sources.get("predictions_outside_selection"):
+        notes.append(f"{sources['predictions_outside_selection']} prediction(s) of ids outside this run's selection were not scored.")
+    run = metrics.get("run") or {}
+    if run:
+        notes.append(f"Model run: {run.get('model', '?')} on {run.get('data', '?')}; {run.get('selected', '?')} example(s), "
+                     f"{run.get('resumed', 0)} predicted by an earlier run.")
+    implementations = metrics.get("implementations") or {}
+    if implementations:
+        notes.append("Computed by: " + ", ".join(f"{k}: {v}" for k, v in implementations.items()) + ".")
+    notes.append("Accuracies, Dist-n and BLEU are fractions (in brackets as percentages); the paper's tables print "
+                 "them x100.")
+    sections.append(("Summary", ["metric", "value"], scalars, None, notes))
+    emotion = metrics.get("emotion")
+    if emotion:
+        sections.append(("Emotion confusion matrix", [], [], CONFUSION_SVG,
+                         ["Rows: gold emotion; columns: predicted emotion; shading: share of the row."]))
+        sections.append(("Accuracy per emotion", ["gold emotion", "correct", "total", "accuracy"],
+                         _accuracy_table(_per_class(emotion)), PER_EMOTION_SVG,
+                         ["Accuracy of a gold emotion: the share of its examples predicted as it (its recall)."]))
+        for attribute, table in (emotion.get("by_group") or {}).items():
+            sections.append((f"Accuracy by the user's {attribute}", [attribute, "correct", "total", "accuracy"],
+                             _accuracy_table(_groups(table)), GROUP_SVG.format(attribute=attribute),
+                             ["The user is the speaker of the dialogue (the person whose emotion is recognised)."]))
+    missing = metrics.get("missing") or {}
+    if missing.get("without_reference") or missing.get("without_prediction"):
+        rows = [["prediction without reference", str(len(missing.get("without_reference", []))),
+                 ", ".join(missing.get("without_reference", [])[:20])],
+                ["reference without prediction", str(len(missing.get("without_prediction", []))),
+                 ", ".join(missing.get("without_prediction", [])[:20])]]
+        sections.append(("Ids left out", ["kind", "count", "ids (first 20; all in metrics.json)"], rows, None, []))
+    return sections
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(metrics: Mapping[str, Any], plots: Mapping[str, str], title: str) -> str:
+    lines = [f"# {title}", ""]
+    for heading, header, rows, plot, notes in _sections(metrics, plots):
+        lines += [f"## {heading}", ""]
+        if rows:
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "|".join("---" for _ in header) + "|")
+            lines += ["| " + " | ".join(_markdown_cell(c) for c in row) + " |" for row in rows]
+            lines.append("")
+        if plot:
+            lines += [f"![{heading}]({plot})", ""]
+        lines += [f"{note}  " for note in notes]
+        if notes:
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_html(metrics: Mapping[str, Any], plots: Mapping[str, str], title: str) -> str:
+    body = [f"<h1>{_e(title)}</h1>"]
+    for heading, header, rows, plot, notes in _sections(metrics, plots):
+        body.append(f"<h2>{_e(heading)}</h2>")
+        if rows:
+            body.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr></thead><tbody>")
+            body += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
+            body.append("</tbody></table>")
+        if plot:
+            body.append(f"<figure>{plots[plot]}</figure>")
+        body += [f"<p class='note'>{_e(note)}</p>" for note in notes]
+    style = (
+        "body{font-family:Helvetica,Arial,sans-serif;max-width:960px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:0.5em 0}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+        "th{background:#f3f3f3}.note{color:#555;font-size:0.9em}figure{margin:1em 0}"
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{style}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def write_report(metrics: Mapping[str, Any], out_dir: PathLike, title: str = "Empatheia evaluation") -> Dict[str, Path]:
+    """Write the SVG plots, ``report.md`` and ``report.html`` into ``out_dir``; returns
+    the written paths by file name."""
+    out_dir = Path(out_dir)
+    plots = build_plots(metrics)
+    written = {name: write_text_atomic(out_dir / name, svg) for name, svg in plots.items()}
+    written[REPORT_MD] = write_text_atomic(out_dir / REPORT_MD, render_markdown(metrics, plots, title))
+    written[REPORT_HTML] = write_text_atomic(out_dir / REPORT_HTML, render_html(metrics, plots, title))
+    return written
