@@ -14,7 +14,7 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "generators", "generators.dreamtalk", "training"],
+    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "empatheia.evaluation", "generators", "generators.dreamtalk", "training"],
     install_requires=[
         "torch>=2.4",
         "torchaudio>=2.4",
