@@ -89,3 +89,22 @@ def test_the_example_dialogues_come_with_their_media():
     report = check_dataset(examples / "dialogues.json", media_root=examples / "media", decode_media=True,
                            video=VideoEncoderConfig(face_crop=False), progress=False)
     assert report.ok and report.decoded == 18 and report.media_found
+
+
+def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
+    """training/small_preset.py: split, stage 1, render, gold features, stages 2-4."""
+    from training import small_preset
+
+    records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(12)]
+    source = _write(tmp_path / "ed.jsonl", records)
+    small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
+                       "--render", "3", "--media-steps", "2", "--workers", "1"])
+    final = tmp_path / "run" / "stage4_joint" / "final"
+    assert (final / "empatheia.safetensors").is_file()
+    split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
+    assert (split["train"], split["eval"]) == (10, 2)
+    assert len((tmp_path / "run" / "rendered" / "train.jsonl").read_text().splitlines()) == 3
+    # Each stage started from the previous one and logged its own steps.
+    for stage in ("stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint"):
+        rows = (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(r)["step"] for r in rows][-1] == 2

@@ -1,0 +1,113 @@
+"""Train the ``small`` preset end to end: the four stages on EmpatheticDialogues, offline.
+
+    python -m training.small_preset --ed ../shared/data/ed/ed_valid_conversations.jsonl --out runs/small
+
+1. ``empatheia data split``: a fixed 10 % of the conversations (smallest SHA-256 of the
+   conversation id) is held out for evaluation; the rest is the training split.
+2. Stage 1 (Chain of Empathy) on the training split's text.
+3. ``empatheia data render``: the first ``--render`` training conversations are spoken and
+   animated by the offline generators, each utterance in its emotion's style.
+4. Gold features of those renderings from the same generators.
+5. Stages 2, 3 and 4 on the rendered set, each starting from the previous stage.
+
+Every stage runs the repository's recipe with its stage config and the overrides in
+:data:`SETTINGS`; a stage whose ``final/`` exists is skipped, and an interrupted one
+resumes from its newest checkpoint. The result is ``OUT/stage4_joint/final``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = {1: "stage1_coe", 2: "stage2_ccl", 3: "stage3_sac", 4: "stage4_joint"}
+
+# Overrides of configs/train/stageN_*.yaml for a laptop CPU (or one small GPU).
+COMMON = {
+    "model.preset": "small",
+    "model.dtype": None,
+    "deepspeed": None,
+    "data.num_workers": 1,
+    "optim.scheduler": "cosine",
+    "logging_steps": 5,
+    "save_steps": 25,
+    "save_total_limit": 2,
+    "eval_steps": None,
+}
+SETTINGS: Dict[int, Dict[str, object]] = {
+    1: {"optim.batch_size": 8, "optim.gradient_accumulation_steps": 2, "optim.learning_rate": 3e-4,
+        "optim.warmup_steps": 20},
+    2: {"optim.batch_size": 8, "optim.gradient_accumulation_steps": 1, "optim.learning_rate": 5e-4,
+        "optim.warmup_steps": 10},
+    3: {"optim.batch_size": 8, "optim.gradient_accumulation_steps": 1, "optim.learning_rate": 5e-4,
+        "optim.warmup_steps": 10},
+    4: {"optim.batch_size": 4, "optim.gradient_accumulation_steps": 2, "optim.learning_rate": 1e-4,
+        "optim.warmup_steps": 10},
+}
+
+
+def _sets(values: Dict[str, object]) -> List[str]:
+    return [f"{k}={json.dumps(v)}" for k, v in values.items()]
+
+
+def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, previous: Path = None, preset: str = "small"):
+    from empatheia.training import load_train_config
+
+    output_dir = out / RECIPES[stage]
+    if (output_dir / "final" / "empatheia.safetensors").is_file():
+        print(f"[small] stage {stage}: {output_dir / 'final'} exists, skipped")
+        return output_dir
+    values = {**COMMON, **SETTINGS[stage], "model.preset": preset, "data.train": str(data), "output_dir": str(output_dir), "max_steps": steps,
+              "model.init": str(previous) if previous else None, "data.gold_features": str(gold) if gold else None,
+              "data.media_root": None}
+    config = load_train_config(REPO / "configs" / "train" / f"{RECIPES[stage]}.yaml", _sets(values))
+    recipe = importlib.import_module(f"training.{RECIPES[stage]}")
+    recipe.run(config, resume=output_dir.exists())
+    return output_dir
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ed", type=Path, required=True, help="EmpatheticDialogues conversations JSONL")
+    parser.add_argument("--out", type=Path, default=Path("runs/small"))
+    parser.add_argument("--stage1-steps", type=int, default=320, help="about one epoch of the split at 16 a step")
+    parser.add_argument("--render", type=int, default=400, help="training conversations to speak and animate")
+    parser.add_argument("--media-steps", type=int, default=150, help="optimizer steps of stages 2, 3 and 4 each")
+    parser.add_argument("--workers", type=int, default=2, help="rendering processes")
+    parser.add_argument("--stages", default="1,2,3,4")
+    parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
+    args = parser.parse_args(argv)
+    stages = {int(s) for s in args.stages.split(",")}
+
+    from empatheia.config import EmpatheiaConfig
+    from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
+    from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file
+    from generators import build_generators, gold_feature_extractors
+
+    split = split_ed_file(args.ed, args.out / "ed")
+    previous = run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset) if 1 in stages else args.out / RECIPES[1]
+    if not stages & {2, 3, 4}:
+        return
+    config = EmpatheiaConfig.from_preset(args.preset)
+    cs, sd = config.content_synchronizer, config.style_disentangler
+    settings = RenderSettings(sd.speech_style_dim, sd.video_style_dim, cs.speech_content_dim, cs.video_content_dim)
+    rendered = render_ed_conversations(
+        split["train"], args.out / "rendered", settings, limit=args.render, workers=args.workers
+    )
+    gold = args.out / "gold"
+    sources = gold_feature_sources(read_dataset(rendered))
+    extract_gold_features(sources, gold_feature_extractors(*build_generators(config)), gold, batch_size=16)
+    for stage in (2, 3, 4):
+        if stage in stages:
+            previous = run_stage(stage, args.out, rendered, args.media_steps, gold=gold, previous=previous, preset=args.preset)
+        else:
+            previous = args.out / RECIPES[stage]
+    print(f"[small] done: {previous / 'final'}")
+
+
+if __name__ == "__main__":
+    main()
