@@ -320,3 +320,24 @@ def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avat
                             resume=True)
     assert result.state.step == 6 and not (out / ".checkpoint-6.tmp").exists()
     assert [row["step"] for row in read_metrics(out, "eval")] == [2, 4, 6]
+
+
+def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avatar, stage1_output):
+    train, gold = avatar
+    plain = stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3))
+    cache = tmp_path / "cache"
+    cached = stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3,
+                                        **{"data.media_cache": str(cache)}))
+    stored = list(cache.rglob("*.safetensors"))
+    assert len(stored) >= 8  # every turn's audio and video of the four dialogues
+    again = stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3,
+                                       **{"data.media_cache": str(cache)}))
+    assert sorted(cache.rglob("*.safetensors")) == sorted(stored)
+    losses = [[r["loss"] for r in read_metrics(tmp_path / name)] for name in ("plain", "cached", "again")]
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5) and losses[2] == pytest.approx(losses[0], rel=1e-5)
+    # Attention key biases get only rounding noise as gradient (softmax ignores a shift
+    # shared by all keys), which Adam scales up to lr-sized steps; everything else agrees
+    # to float precision.
+    for key, value in final_weights(tmp_path / "plain").items():
+        tolerance = 1e-3 if key.endswith("in_proj_bias") else 1e-5
+        torch.testing.assert_close(final_weights(tmp_path / "again")[key], value, rtol=1e-5, atol=tolerance)

@@ -61,9 +61,11 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     if (output_dir / "final" / "empatheia.safetensors").is_file():
         print(f"[small] stage {stage}: {output_dir / 'final'} exists, skipped")
         return output_dir
-    values = {**COMMON, **SETTINGS[stage], "model.preset": preset, "data.train": str(data), "output_dir": str(output_dir), "max_steps": steps,
-              "model.init": str(previous) if previous else None, "data.gold_features": str(gold) if gold else None,
-              "data.media_root": None}
+    values = {**COMMON, **SETTINGS[stage], "model.preset": preset, "data.train": str(data), "output_dir": str(output_dir),
+              "max_steps": steps, "model.init": str(previous) if previous else None,
+              "data.gold_features": str(gold) if gold else None, "data.media_root": None,
+              # Stages 3 and 4 read every turn's speech and video: encode each file once.
+              "data.media_cache": str(out / "encoder_cache") if stage in (3, 4) else None}
     config = load_train_config(REPO / "configs" / "train" / f"{RECIPES[stage]}.yaml", _sets(values))
     recipe = importlib.import_module(f"training.{RECIPES[stage]}")
     recipe.run(config, resume=output_dir.exists())

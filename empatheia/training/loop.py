@@ -116,7 +116,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
             ids = batch.get("ids", [])
             examples += len(ids)
             if ids:
-                outputs = engine(to_device(batch, proc.device))
+                outputs = engine(_encode_media(to_device(batch, proc.device), data, model, ds_config))
             else:  # every example of this micro-batch was skipped: keep the processes in step
                 outputs = {"loss": _zero_loss(model)}
             _check_finite(outputs["loss"], state, micro, ids, config, output_dir, proc)
@@ -197,6 +197,18 @@ def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.o
         return 1.0
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _encode_media(batch: Dict[str, object], data: StageData, model: Empatheia, ds_config: Dict) -> Dict[str, object]:
+    """With ``data.media_cache``, encode the batch's uncached media once with the frozen
+    encoders and store them, so later epochs and stages read features instead of decoding
+    and encoding the files again. (ZeRO-3 shards the encoders, which only the engine's
+    forward gathers, so there they run inside the forward as usual.)"""
+    cache = data.train.media_cache
+    if cache is None or zero_stage(ds_config) == 3:
+        return batch
+    with torch.no_grad():
+        return cache.complete(batch, model)
 
 
 def _grad_norm(model: nn.Module) -> float:
