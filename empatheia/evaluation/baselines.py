@@ -1,0 +1,96 @@
+"""A bag-of-words emotion classifier: the bar a trained model's emotion accuracy must clear.
+
+TF-IDF weighted unigrams and bigrams of the dialogue's text (the turns the model reads),
+into a multinomial logistic regression trained with L2 regularisation by full-batch
+L-BFGS. It sees exactly what the model sees, so the comparison is fair.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from .text import tokenize
+
+
+def dialogue_text(dialogue) -> str:
+    """The text of a dialogue as the model reads it: every turn, oldest first."""
+    return " ".join(turn.text for turn in dialogue.turns)
+
+
+@dataclass
+class BagOfWordsEmotion:
+    """Fit on texts and labels; ``predict`` returns labels.
+
+    Args:
+        min_count: keep n-grams seen in at least this many training texts.
+        ngrams: the n-gram orders used (1 and 2).
+        l2: the weight of the squared-norm penalty (per training example).
+        max_iterations: L-BFGS iterations.
+    """
+
+    min_count: int = 2
+    ngrams: Sequence[int] = (1, 2)
+    l2: float = 1e-4
+    max_iterations: int = 200
+    vocabulary: Dict[str, int] = field(default_factory=dict)
+    labels: List[str] = field(default_factory=list)
+    _idf: Optional[torch.Tensor] = None
+    _weights: Optional[torch.Tensor] = None
+
+    def _grams(self, text: str) -> List[str]:
+        tokens = tokenize(text)
+        return [" ".join(tokens[i : i + n]) for n in self.ngrams for i in range(len(tokens) - n + 1)]
+
+    def _features(self, texts: Sequence[str]) -> torch.Tensor:
+        """``(N, V + 1)`` L2-normalised TF-IDF rows with a bias column."""
+        rows, cols, values = [], [], []
+        for row, text in enumerate(texts):
+            counts = Counter(g for g in self._grams(text) if g in self.vocabulary)
+            for gram, count in counts.items():
+                rows.append(row)
+                cols.append(self.vocabulary[gram])
+                values.append(1.0 + math.log(count))
+        dense = torch.zeros(len(texts), len(self.vocabulary))
+        if rows:
+            dense[rows, cols] = torch.tensor(values)
+        dense = dense * self._idf
+        dense = dense / dense.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        return torch.cat([dense, torch.ones(len(texts), 1)], dim=1)
+
+    def fit(self, texts: Sequence[str], labels: Sequence[str]) -> "BagOfWordsEmotion":
+        if not texts or len(texts) != len(labels):
+            raise ValueError(f"need as many labels as texts (got {len(texts)} texts, {len(labels)} labels)")
+        document_counts = Counter(g for text in texts for g in set(self._grams(text)))
+        kept = sorted(g for g, c in document_counts.items() if c >= self.min_count)
+        self.vocabulary = {g: i for i, g in enumerate(kept)}
+        n = len(texts)
+        self._idf = torch.tensor([math.log((1 + n) / (1 + document_counts[g])) + 1.0 for g in kept])
+        self.labels = sorted(set(labels))
+        index = {label: i for i, label in enumerate(self.labels)}
+        x = self._features(texts)
+        y = torch.tensor([index[label] for label in labels])
+        weights = torch.zeros(x.shape[1], len(self.labels), requires_grad=True)
+        optimizer = torch.optim.LBFGS([weights], max_iter=self.max_iterations, line_search_fn="strong_wolfe")
+
+        def closure():
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(x @ weights, y) + self.l2 * weights[:-1].pow(2).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        self._weights = weights.detach()
+        return self
+
+    def predict(self, texts: Sequence[str]) -> List[str]:
+        if self._weights is None:
+            raise RuntimeError("fit the classifier first")
+        if not texts:
+            return []
+        scores = self._features(texts) @ self._weights
+        return [self.labels[i] for i in scores.argmax(1).tolist()]
