@@ -322,6 +322,14 @@ def test_lip_sync_recovers_the_delay_of_a_synthetic_mouth():
     assert lip_sync(frames, audio, rate).offset == 3
 
 
+def test_lip_sync_of_a_short_clip_scores_only_offsets_it_can_overlap():
+    # 14 frames (13 transitions) against offsets of +-15: only |k| <= 3 leave 10 transitions.
+    frames, audio, rate = synthetic_talking_head(syllables(14, seed=2), delay=0)
+    result = lip_sync(frames, audio, rate, face_box=(0, 0, 96))
+    scored = result.offsets[~np.isnan(result.correlations)]
+    assert scored.min() >= -3 and scored.max() <= 3 and abs(result.offset) <= 3
+
+
 def test_lip_sync_of_rendered_example_and_mismatched_audio():
     import soundfile
 

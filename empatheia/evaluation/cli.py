@@ -8,13 +8,22 @@ Hook it into the main parser with one call::
 Commands (each parser sets ``run``, a function of the parsed arguments returning the exit
 status; errors are ``SystemExit("error: ...")``):
 
-* ``empatheia eval --predictions P --references R --out DIR [--allow-missing]``: score
-  files; writes ``DIR/metrics.json``, ``DIR/report.md``, ``DIR/report.html`` and the SVG
-  plots.
+* ``empatheia eval --predictions P --references R --out DIR [--allow-missing]
+  [--multimodal]``: score files; writes ``DIR/metrics.json``, ``DIR/report.md``,
+  ``DIR/report.html`` and the SVG plots.
 * ``empatheia eval --checkpoint DIR | --preset NAME --data FILE [--format F]
-  [--media-root DIR] --out DIR [--batch-size N] [--limit N] [--max-new-tokens N]``: answer
-  the dataset (resumable: rerun the same command to continue), then score as above; also
-  writes ``DIR/predictions.jsonl``, ``DIR/references.jsonl`` and ``DIR/run.json``.
+  [--media-root DIR] --out DIR [--batch-size N] [--limit N] [--max-new-tokens N]
+  [--speak | --animate] [--multimodal]``: answer the dataset (resumable: rerun the same
+  command to continue), then score as above; also writes ``DIR/predictions.jsonl``,
+  ``DIR/references.jsonl`` and ``DIR/run.json``. ``--speak`` / ``--animate`` write each
+  response's speech / speech and talking head to ``DIR/media/<id>.wav`` / ``.mp4``.
+* ``--multimodal`` (either mode) also scores the predictions' ``audio`` / ``video``
+  files (paths relative to the predictions file's folder, or absolute): the ``speech``
+  (Whisper tiny.en WER/CER against the response text, duration, loudness), ``video``
+  (CPBD, lip sync, FER facial-emotion accuracy against the gold emotion, identity
+  consistency per ``avatar``) and ``consistency`` (text-video emotion, text-speech
+  content) blocks of :mod:`empatheia.evaluation.multimodal`. It loads Whisper, the FER
+  network and MobileNetV2, hence opt-in.
 * ``empatheia human export --data FILE --predictions [NAME=]P ... --out KIT [--n 200]
   [--annotators 3|a,b,c] [--seed 0] [--criteria auto|text|multimodal|all]
   [--include-gold]``: rating sheets (``KIT/sheets/<annotator>.csv``), ``KIT/key.csv`` and
@@ -79,6 +88,7 @@ def _check_mode(args: argparse.Namespace) -> str:
             raise SystemExit("error: scoring files needs both --predictions and --references")
         given = [f"--{name.replace('_', '-')}" for name in ("data", "limit", "max_new_tokens", "media_root", "device", "dtype")
                  if getattr(args, name) is not None]
+        given += [f"--{name}" for name in ("speak", "animate") if getattr(args, name)]
         if given:
             raise SystemExit(f"error: {', '.join(given)} only apply with --checkpoint/--preset")
         return "files"
@@ -92,6 +102,8 @@ def _check_mode(args: argparse.Namespace) -> str:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.multimodal and not (args.speak or args.animate):
+        raise SystemExit("error: --multimodal scores the responses' speech and video: add --speak or --animate")
     return "model"
 
 
@@ -107,7 +119,8 @@ def run_eval(args: argparse.Namespace) -> int:
         if mode == "files":
             metrics = score_files(
                 args.predictions, args.references, allow_missing=args.allow_missing, labels=labels,
-                similarity=args.similarity, polarity=args.polarity,
+                similarity=args.similarity, polarity=args.polarity, multimodal=args.multimodal,
+                progress=not args.no_progress,
             )
             write_metrics(metrics, args.out)
         else:
@@ -119,11 +132,12 @@ def run_eval(args: argparse.Namespace) -> int:
                 "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
                 "labels": str(Path(args.labels).resolve()) if args.labels else None,
                 "dtype": args.dtype,
-            }
+            }  # run_model adds max_new_tokens, speak and animate
             metrics, summary = evaluate_dataset(
                 model, args.data, args.out, format=args.format, media_root=args.media_root, labels=labels,
                 limit=args.limit, batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens,
                 run_info=run_info, progress=not args.no_progress, similarity=args.similarity, polarity=args.polarity,
+                speak=args.speak, animate=args.animate, multimodal=args.multimodal,
             )
             _progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
         written = write_report(metrics, args.out)
@@ -133,8 +147,15 @@ def run_eval(args: argparse.Namespace) -> int:
     if missing["without_reference"] or missing["without_prediction"]:
         _progress(f"left out: {len(missing['without_reference'])} prediction(s) without reference, "
                   f"{len(missing['without_prediction'])} reference(s) without prediction (ids in metrics.json)")
+    media = metrics.get("media") or {}
+    if media and not media.get("scored"):
+        _progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
     out = Path(args.out)
     summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2")}
+    for block, key in (("speech", "wer_mean"), ("video", "cpbd_mean"), ("video", "lip_sync_confidence_mean"),
+                       ("video", "facial_emotion_accuracy"), ("video", "identity_consistency_mean")):
+        if key in (metrics.get(block) or {}):
+            summary_line[f"{block}_{key}"] = metrics[block][key]
     summary_line.update(metrics=str(out / METRICS_NAME), report=str(written[REPORT_HTML]), markdown=str(written[REPORT_MD]))
     print(json.dumps(summary_line))
     return 0
@@ -221,7 +242,9 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
         "eval",
         help="score predictions, or run a model over a dataset and score it (metrics.json, report)",
         description="Score --predictions against --references, or answer --data with --checkpoint/--preset "
-        "(resumable) and score that. Writes metrics.json, report.md, report.html and SVG plots into --out.",
+        "(resumable; --speak/--animate also render each response into --out/media) and score that. "
+        "--multimodal also scores the speech and video. Writes metrics.json, report.md, report.html and SVG plots "
+        "into --out.",
     )
     files = p.add_argument_group("scoring files")
     files.add_argument("--predictions", type=Path, help="predictions JSONL: id, text, emotion per line")
@@ -240,12 +263,21 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     model.add_argument("--max-new-tokens", type=int, default=None)
     model.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
     model.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    model.add_argument("--no-progress", action="store_true", help="no progress bar")
+    model.add_argument("--speak", action="store_true",
+                       help="also speak each response: DIR/media/<id>.wav, named by its prediction's 'audio'")
+    model.add_argument("--animate", action="store_true",
+                       help="also speak and animate each response: DIR/media/<id>.wav and .mp4 ('audio', 'video', 'avatar')")
+    model.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
     p.add_argument("--similarity", action="store_true",
                    help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")
     p.add_argument("--polarity", action="store_true",
                    help="also the emotion/sentiment/empathy polarity (references need 'history')")
+    p.add_argument("--multimodal", action="store_true",
+                   help="also score the predictions' 'audio'/'video' files (relative to the predictions file's folder): "
+                        "speech (Whisper tiny.en WER/CER against the response text, duration, loudness), video (CPBD, "
+                        "lip sync, FER facial-emotion accuracy against the gold emotion, identity consistency per "
+                        "'avatar') and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
     p.add_argument("--out", type=Path, required=True, help="output folder (rerun with the same one to resume)")
     p.set_defaults(run=run_eval)
 

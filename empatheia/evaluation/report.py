@@ -10,6 +10,10 @@
 * ``report.md``, which includes those files by relative link, and ``report.html``, which
   embeds the same SVGs inline (one self-contained file).
 
+When the metrics have the multimodal blocks (``speech``, ``video``, ``consistency``; see
+:mod:`empatheia.evaluation.multimodal`), each is a table of its own, with identity
+consistency per avatar as one more table.
+
 The SVGs are drawn here (no plotting library): plain SVG 1.1, valid XML, every label
 escaped. All files are written whole or not at all.
 """
@@ -162,12 +166,105 @@ def _value(key: str, value: Any) -> str:
     return str(value)
 
 
+_MULTIMODAL = ("media", "speech", "video", "consistency")
+
+# (key, name, kind) per row of the multimodal tables; kind: fraction, number, count, seconds, dbfs.
+_SPEECH_ROWS = (
+    ("count", "Clips", "count"),
+    ("wer_mean", "WER (mean over clips)", "fraction"),
+    ("cer_mean", "CER (mean over clips)", "fraction"),
+    ("wer_corpus", "WER (corpus)", "fraction"),
+    ("cer_corpus", "CER (corpus)", "fraction"),
+    ("duration_mean_seconds", "Duration (mean)", "seconds"),
+    ("loudness_mean_dbfs", "Loudness (mean of non-silent clips)", "dbfs"),
+    ("silent_clips", "Silent clips", "count"),
+)
+_VIDEO_ROWS = (
+    ("count", "Clips", "count"),
+    ("cpbd_mean", "CPBD sharpness (mean)", "number"),
+    ("lip_sync_count", "Clips scored for lip sync", "count"),
+    ("lip_sync_confidence_mean", "Lip-sync confidence (mean, peak - median correlation)", "number"),
+    ("lip_sync_in_sync_share", "Clips in sync (|offset| <= 1 frame)", "fraction"),
+    ("lip_sync_offset_abs_mean", "Mean |offset| (frames)", "number"),
+    ("lip_sync_unscored", "Clips too short for lip sync", "count"),
+    ("facial_emotion_accuracy", "Facial-emotion accuracy (FER vs gold)", "fraction"),
+    ("facial_emotion_correct", "Facial emotion: correct", "count"),
+    ("facial_emotion_scored", "Facial emotion: scored clips", "count"),
+    ("facial_emotion_excluded", "Facial emotion: excluded (gold FER cannot read)", "count"),
+    ("identity_consistency_mean", "Identity consistency (mean same-avatar similarity)", "number"),
+    ("identity_pairs", "Same-avatar pairs", "count"),
+    ("identity_avatars", "Avatars with >= 2 clips", "count"),
+)
+_CONSISTENCY_ROWS = (
+    ("text_video_emotion_agreement", "Text-video emotion agreement", "fraction"),
+    ("text_video_count", "Text-video: clips scored", "count"),
+    ("text_video_excluded", "Text-video: excluded (text emotion FER cannot read)", "count"),
+    ("text_speech_word_agreement", "Text-speech word agreement (mean max(0, 1 - WER))", "fraction"),
+    ("text_speech_char_similarity", "Text-speech character similarity (mean)", "fraction"),
+    ("text_speech_count", "Text-speech: clips scored", "count"),
+)
+
+
+def _formatted(value: Any, kind: str) -> str:
+    if value is None:
+        return "n/a"
+    if kind == "count" or not _is_number(value):
+        return str(value)
+    if kind == "fraction":
+        return f"{value:.4f} ({value:.2%})"
+    if kind == "seconds":
+        return f"{value:.2f} s"
+    if kind == "dbfs":
+        return f"{value:.2f} dBFS"
+    return f"{value:.4f}"
+
+
+def _block_rows(block: Mapping[str, Any], spec: Sequence[Tuple[str, str, str]]) -> List[List[str]]:
+    """Rows ``[name, value]`` of a multimodal block, in ``spec``'s order, then any other
+    numbers it holds under their keys."""
+    known = {key for key, _, _ in spec}
+    rows = [[name, _formatted(block[key], kind)] for key, name, kind in spec if key in block]
+    rows += [[key, _formatted(value, "number")] for key, value in block.items()
+             if key not in known and (_is_number(value) or value is None)]
+    return rows
+
+
+def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str], List[List[str]], Optional[str], List[str]]]:
+    sections = []
+    speech, video, consistency = metrics.get("speech"), metrics.get("video"), metrics.get("consistency")
+    if speech:
+        sections.append(("Speech", ["metric", "value"], _block_rows(speech, _SPEECH_ROWS), None, [
+            "Each clip is transcribed by Whisper tiny.en and compared with the response's own text (normalised: "
+            "case, punctuation and spelled-out numbers); a rate can exceed 1 with insertions. Loudness: gated RMS "
+            "of the speaking frames."]))
+    if video:
+        sections.append(("Video", ["metric", "value"], _block_rows(
+            {k: v for k, v in video.items() if k != "identity_per_avatar"}, _VIDEO_ROWS), None, [
+            "CPBD: no-reference sharpness in [0, 1]. Lip sync: mouth motion against the speech envelope over frame "
+            "offsets (a correlation scale, 0 to 2, not SyncNet's). Facial emotion: the FER mini-Xception's reading "
+            "against the gold emotion; FER has no contempt, so clips whose gold emotion is contempt (or outside "
+            "Empatheia's seven) are left out."]))
+        per_avatar = video.get("identity_per_avatar") or {}
+        if per_avatar:
+            rows = [[key, str(entry.get("clips")), _formatted(entry.get("mean_similarity"), "number"),
+                     _formatted(entry.get("min_similarity"), "number")] for key, entry in per_avatar.items()]
+            sections.append(("Identity consistency per avatar", ["avatar", "clips", "mean similarity", "min similarity"],
+                             rows, None, ["Cosine similarity of MobileNetV2 face embeddings over the pairs of an "
+                                          "avatar's clips (n/a for an avatar with one clip)."]))
+    if consistency:
+        sections.append(("Cross-modal consistency", ["metric", "value"], _block_rows(consistency, _CONSISTENCY_ROWS), None, [
+            "Text-video: the predicted text emotion against the FER reading of the face. Text-speech: the response "
+            "text against the transcript of its speech."]))
+    return sections
+
+
 def _scalars(metrics: Mapping[str, Any]) -> List[Tuple[str, Any]]:
     """The headline numbers: top-level numbers, and the numbers of top-level dicts added
-    by the text metrics (``bleu.bleu_4``), in the order they come."""
+    by the text metrics (``bleu.bleu_4``), in the order they come. The multimodal blocks
+    have tables of their own."""
     rows = []
     for key, value in metrics.items():
-        if key in ("emotion", "by_group", "missing", "implementations", "sources", "run"):
+        if key in ("emotion", "by_group", "missing", "implementations", "sources", "run") + _MULTIMODAL:
             continue
         if _is_number(value) or value is None:
             rows.append((key, value))
@@ -236,6 +333,10 @@ def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tupl
     implementations = metrics.get("implementations") or {}
     if implementations:
         notes.append("Computed by: " + ", ".join(f"{k}: {v}" for k, v in implementations.items()) + ".")
+    media = metrics.get("media") or {}
+    if media:
+        notes.append(f"{media.get('audio', 0)} response(s) have audio and {media.get('video', 0)} video; "
+                     + ("scored below." if media.get("scored") else "not scored (add --multimodal)."))
     notes.append("Accuracies, Dist-n and BLEU are fractions (in brackets as percentages); the paper's tables print "
                  "them x100.")
     sections.append(("Summary", ["metric", "value"], scalars, None, notes))
@@ -250,6 +351,7 @@ def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tupl
             sections.append((f"Accuracy by the user's {attribute}", [attribute, "correct", "total", "accuracy"],
                              _accuracy_table(_groups(table)), GROUP_SVG.format(attribute=attribute),
                              ["The user is the speaker of the dialogue (the person whose emotion is recognised)."]))
+    sections += _multimodal_sections(metrics)
     missing = metrics.get("missing") or {}
     if missing.get("without_reference") or missing.get("without_prediction"):
         rows = [["prediction without reference", str(len(missing.get("without_reference", []))),

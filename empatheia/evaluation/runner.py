@@ -6,7 +6,9 @@ Predictions (JSONL, one response a line)
     ``id`` (string), ``text`` (the response), ``emotion`` (the predicted emotion); optional
     ``chain_emotion`` (the Chain of Empathy's free-text ``speaker_emotion``, may be
     ``null``), ``emotion_probabilities`` (class -> probability), ``audio`` and ``video``
-    (file names of the spoken response and the talking head).
+    (the spoken response and the talking head: paths relative to the predictions file's
+    folder, or absolute) and ``avatar`` (which avatar spoke it: the same string, the same
+    face).
 References (JSONL, one gold response a line)
     ``id``, ``response`` (the gold response text), ``emotion`` (the gold emotion); optional
     ``emotion_label`` (the dataset's raw label before folding), ``age`` and ``gender``,
@@ -38,6 +40,16 @@ Text metrics
 :mod:`empatheia.evaluation.text` when that module defines it, else the minimal one here.
 See its docstring for the contract.
 
+Speech and video
+----------------
+With ``multimodal=True`` (``empatheia eval --multimodal``), :func:`score` also scores the
+predictions' ``audio`` and ``video`` files: the ``speech``, ``video`` and
+``consistency`` blocks of :mod:`empatheia.evaluation.multimodal` (Whisper WER/CER,
+duration, loudness; CPBD, lip sync, facial-emotion accuracy, identity consistency;
+text-video emotion and text-speech content agreement; definitions there). It loads
+Whisper, the FER network and MobileNetV2, so it is off by default; without it, the
+number of predictions carrying media is still reported under ``media``.
+
 Running a model
 ---------------
 :func:`run_model` answers the dialogues batch by batch and appends each batch's
@@ -45,10 +57,17 @@ predictions to ``DIR/predictions.jsonl`` (flushed and synced), so a run that is 
 resumes where it was: ids already in the file are skipped. ``DIR/run.json`` records the
 model, data and generation settings; resuming with different ones is refused, so
 predictions of two models never mix in one file.
+
+With ``speak`` / ``animate`` the model also speaks / animates each response; its audio
+and video are written to ``DIR/media/<id>.wav`` and ``.mp4`` (:func:`media_stem` makes
+the id a safe file name; the MP4 carries the speech too) before its prediction line, which
+records them relative to ``DIR`` (``"audio": "media/<id>.wav"``) with the ``avatar`` key.
+Animating implies speaking. Both flags are part of ``run.json``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import math
@@ -73,6 +92,10 @@ PREDICTIONS_NAME = "predictions.jsonl"
 REFERENCES_NAME = "references.jsonl"
 METRICS_NAME = "metrics.json"
 RUN_NAME = "run.json"
+MEDIA_DIR = "media"
+"""Subfolder of a model run's output that holds the responses' audio and video."""
+RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False}
+"""Settings a ``run.json`` written before they existed is read as having."""
 GROUP_FIELDS = ("age", "gender")
 PROFILE_ROLE = "speaker"
 """Whose profile gives a reference's ``age`` and ``gender`` (see the module docstring)."""
@@ -86,6 +109,7 @@ PREDICTION_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "emotion_probabilities": ((dict,), False),
     "audio": ((str,), False),
     "video": ((str,), False),
+    "avatar": ((str,), False),
 }
 REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "id": ((str,), True),
@@ -383,6 +407,10 @@ def score(
     polarity: bool = False,
     predictions_file: Optional[PathLike] = None,
     references_file: Optional[PathLike] = None,
+    multimodal: bool = False,
+    media_dir: Optional[PathLike] = None,
+    multimodal_models: Optional[Any] = None,
+    progress: bool = False,
 ) -> Dict[str, Any]:
     """Score predictions against references (records as in the module docstring).
 
@@ -400,6 +428,13 @@ def score(
       (``accuracy`` = recall of the gold class, ``support``, ...), and ``by_group``:
       accuracy (``accuracy``, ``correct``, ``n``) per ``age`` and ``gender`` value where
       references give them, in the label sets' order;
+    * ``media``: when any scored prediction has ``audio``/``video``: how many have each,
+      and whether they were ``scored``;
+    * ``speech``, ``video``, ``consistency``: with ``multimodal``, the blocks of
+      :func:`empatheia.evaluation.multimodal.score_multimodal`, media paths read
+      relative to ``media_dir`` (default: the predictions file's folder, else the working
+      directory), with ``multimodal_models`` (default: the packaged models) and a
+      progress bar if ``progress``;
     * ``missing``: ``without_reference`` and ``without_prediction`` ids (with
       ``allow_missing``); ``implementations``: which module computed each metric.
 
@@ -470,6 +505,22 @@ def score(
         metrics["polarity"] = _json_ready(polarity_fn([r["history"] for _, r in pairs], hypotheses)["mean"])
         implementations["polarity_scores"] = where
 
+    with_audio = sum(bool(p.get("audio")) for p, _ in pairs)
+    with_video = sum(bool(p.get("video")) for p, _ in pairs)
+    if with_audio or with_video:
+        metrics["media"] = {"audio": with_audio, "video": with_video, "scored": bool(multimodal)}
+    if multimodal:
+        from .multimodal import score_multimodal
+
+        if media_dir is None and predictions_file is not None:
+            media_dir = Path(predictions_file).parent
+        blocks = score_multimodal(
+            [p for p, _ in pairs], gold, predicted, base_dir=media_dir, predictions_file=predictions_file,
+            models=multimodal_models, progress=progress,
+        )
+        metrics.update(_json_ready(blocks))
+        implementations["multimodal"] = f"{__package__}.multimodal"
+
     metrics["emotion"] = report
     metrics["missing"] = {"without_reference": alignment.without_reference, "without_prediction": alignment.without_prediction}
     metrics["implementations"] = implementations
@@ -508,10 +559,14 @@ def score_files(
     keep_ids: Optional[Iterable[str]] = None,
     similarity: bool = False,
     polarity: bool = False,
+    multimodal: bool = False,
+    multimodal_models: Optional[Any] = None,
+    progress: bool = False,
 ) -> Dict[str, Any]:
     """:func:`score` on two files, with their paths under ``sources``. ``keep_ids`` scores
     only the predictions with those ids (a run's current selection); how many others the
-    file holds is under ``sources.predictions_outside_selection``."""
+    file holds is under ``sources.predictions_outside_selection``. Media paths of the
+    predictions are relative to the predictions file's folder."""
     predictions = read_predictions(predictions_path)
     outside = 0
     if keep_ids is not None:
@@ -521,7 +576,8 @@ def score_files(
     references = read_references(references_path)
     metrics = score(
         predictions, references, allow_missing, labels, similarity=similarity, polarity=polarity,
-        predictions_file=predictions_path, references_file=references_path,
+        predictions_file=predictions_path, references_file=references_path, multimodal=multimodal,
+        multimodal_models=multimodal_models, progress=progress,
     )
     metrics["sources"] = {"predictions": str(predictions_path), "references": str(references_path)}
     if keep_ids is not None:
@@ -589,8 +645,10 @@ def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets
     return records
 
 
-def prediction_record(dialogue: "Dialogue", response: Any) -> Record:
-    """The predictions-file line of one :class:`~empatheia.response.EmpatheticResponse`."""
+def prediction_record(dialogue: "Dialogue", response: Any, media: Optional[Mapping[str, str]] = None) -> Record:
+    """The predictions-file line of one :class:`~empatheia.response.EmpatheticResponse`;
+    ``media`` (``audio``, ``video``, ``avatar``; from :func:`write_response_media`) is
+    added as it is."""
     record: Record = {
         "id": dialogue.id,
         "text": response.text or "",
@@ -598,7 +656,56 @@ def prediction_record(dialogue: "Dialogue", response: Any) -> Record:
         "chain_emotion": response.chain.speaker_emotion,
         "emotion_probabilities": response.emotion.probabilities,
     }
+    record.update(media or {})
     return record
+
+
+def media_stem(prediction_id: str, limit: int = 80) -> str:
+    """A file name (without extension) for a prediction's media, unique per id.
+
+    Characters other than letters, digits, ``-``, ``_`` and ``.`` become ``_`` and leading
+    or trailing dots and underscores go; when that changed the id (or it is longer than
+    ``limit``), the first ``limit`` characters get a hyphen and 8 hex digits of the id's
+    SHA-1, so ids that read alike never share a file: ``"c1/3"`` ->
+    ``"c1_3-<hash>"``, ``"c1_3"`` -> ``"c1_3"``.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", prediction_id).strip("._")
+    if safe != prediction_id or len(safe) > limit:
+        safe = f"{safe[:limit] or 'id'}-{hashlib.sha1(prediction_id.encode('utf-8')).hexdigest()[:8]}"
+    return safe
+
+
+def write_response_media(out_dir: PathLike, prediction_id: str, response: Any) -> Dict[str, str]:
+    """Write a response's ``audio`` (16-bit WAV) and ``video`` (H.264 MP4 with the speech
+    as AAC) to ``out_dir/media/<stem>.wav`` / ``.mp4`` (:func:`media_stem`); returns the
+    prediction fields: paths relative to ``out_dir`` (``/``-separated) and ``avatar``.
+    Files are written whole then renamed, so a kill leaves no half file under the name."""
+    from ..media import write_mp4, write_wav
+
+    folder = Path(out_dir) / MEDIA_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = media_stem(prediction_id)
+    fields: Dict[str, str] = {}
+    audio, video = getattr(response, "audio", None), getattr(response, "video", None)
+    if audio is not None:
+        target = folder / f"{stem}.wav"
+        os.replace(_synced(write_wav(folder / f".{stem}.tmp.wav", audio.samples, audio.sample_rate)), target)
+        fields["audio"] = f"{MEDIA_DIR}/{target.name}"
+    if video is not None:
+        target = folder / f"{stem}.mp4"
+        samples, rate = (audio.samples, audio.sample_rate) if audio is not None else (None, None)
+        os.replace(_synced(write_mp4(folder / f".{stem}.tmp.mp4", video.frames, video.fps, samples, rate)), target)
+        fields["video"] = f"{MEDIA_DIR}/{target.name}"
+    if getattr(response, "avatar", None):
+        fields["avatar"] = str(response.avatar)
+    return fields
+
+
+def _synced(path: Path) -> Path:
+    """``path`` after its data reached the disk (as the prediction line naming it will)."""
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+    return path
 
 
 def recover_predictions(path: PathLike) -> List[Record]:
@@ -646,7 +753,7 @@ def check_run_info(out_dir: PathLike, info: Mapping[str, Any]) -> None:
             raise RunMismatchError(
                 f"{predictions} exists but {run_path} does not, so which model wrote it is unknown; use another --out or remove it"
             )
-        previous = json.loads(run_path.read_text(encoding="utf-8"))
+        previous = dict(RUN_DEFAULTS, **json.loads(run_path.read_text(encoding="utf-8")))
         changed = {k: (previous.get(k), info.get(k)) for k in set(previous) | set(info) if previous.get(k) != info.get(k)}
         if changed:
             details = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in sorted(changed.items()))
@@ -666,6 +773,8 @@ def run_model(
     run_info: Optional[Mapping[str, Any]] = None,
     progress: bool = True,
     data_file: Optional[PathLike] = None,
+    speak: bool = False,
+    animate: bool = False,
 ) -> RunSummary:
     """Answer ``dialogues`` with ``model`` into ``DIR/predictions.jsonl`` (resumable) and
     write their references to ``DIR/references.jsonl``.
@@ -675,6 +784,10 @@ def run_model(
     most the batch in flight. Ids already in the file are skipped. ``run_info`` (e.g. the
     model and data) is checked against the folder's ``run.json`` (:func:`check_run_info`).
     ``labels`` fold the gold emotions (default: the model's label sets).
+
+    ``speak`` / ``animate`` (animating implies speaking) also render each response; its
+    files are written (:func:`write_response_media`) before its line, whose ``audio``,
+    ``video`` and ``avatar`` name them. Both flags go into ``run.json`` with the rest.
     """
     from tqdm.auto import tqdm
 
@@ -684,7 +797,8 @@ def run_model(
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = labels or model.label_sets()
     references = references_from_dialogues(dialogues, labels, file=data_file)
-    check_run_info(out_dir, dict(run_info or {}, max_new_tokens=max_new_tokens))
+    speak = bool(speak or animate)
+    check_run_info(out_dir, dict(run_info or {}, max_new_tokens=max_new_tokens, speak=speak, animate=bool(animate)))
     references_path = write_jsonl(out_dir / REFERENCES_NAME, references)
     predictions_path = out_dir / PREDICTIONS_NAME
     done = {p["id"] for p in recover_predictions(predictions_path)}
@@ -695,8 +809,12 @@ def run_model(
         with open(predictions_path, "a", encoding="utf-8") as handle:
             for start in range(0, len(todo), batch_size):
                 batch = list(todo[start : start + batch_size])
-                responses = model.respond(batch, max_new_tokens=max_new_tokens)
-                handle.write("".join(json.dumps(prediction_record(d, r), ensure_ascii=False) + "\n" for d, r in zip(batch, responses)))
+                responses = model.respond(batch, max_new_tokens=max_new_tokens, speak=speak, animate=animate)
+                lines = []
+                for dialogue, response in zip(batch, responses):
+                    media = write_response_media(out_dir, dialogue.id, response) if speak else None
+                    lines.append(json.dumps(prediction_record(dialogue, response, media), ensure_ascii=False) + "\n")
+                handle.write("".join(lines))
                 handle.flush()
                 os.fsync(handle.fileno())
                 bar.update(len(batch))
@@ -719,6 +837,10 @@ def evaluate_dataset(
     progress: bool = True,
     similarity: bool = False,
     polarity: bool = False,
+    speak: bool = False,
+    animate: bool = False,
+    multimodal: bool = False,
+    multimodal_models: Optional[Any] = None,
 ) -> Tuple[Dict[str, Any], RunSummary]:
     """Read a dataset, answer its first ``limit`` examples (all by default) with
     :func:`run_model` (resumable), score them and write ``DIR/metrics.json``.
@@ -726,6 +848,8 @@ def evaluate_dataset(
     Only this selection is scored: predictions an earlier, larger run left in the folder
     are kept in the file and counted under ``sources.predictions_outside_selection``.
     ``labels`` read and fold the dataset's labels (default: the model's label sets).
+    ``speak`` / ``animate`` render the responses (:func:`run_model`); ``multimodal``
+    scores their media (:func:`score`).
     """
     from ..data.readers import read_dataset
 
@@ -738,12 +862,16 @@ def evaluate_dataset(
         raise DataError("no examples to evaluate", file=data)
     summary = run_model(
         model, dialogues, out_dir, batch_size=batch_size, max_new_tokens=max_new_tokens, labels=labels,
-        run_info=run_info, progress=progress, data_file=data,
+        run_info=run_info, progress=progress, data_file=data, speak=speak, animate=animate,
     )
     metrics = score_files(
         summary.predictions_path, summary.references_path, labels=labels, keep_ids=[d.id for d in dialogues],
-        similarity=similarity, polarity=polarity,
+        similarity=similarity, polarity=polarity, multimodal=multimodal, multimodal_models=multimodal_models,
+        progress=progress,
     )
-    metrics["run"] = {"selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated, **dict(run_info or {})}
+    metrics["run"] = {
+        "selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated, **dict(run_info or {}),
+        "speak": bool(speak or animate), "animate": bool(animate),
+    }
     write_metrics(metrics, out_dir)
     return metrics, summary

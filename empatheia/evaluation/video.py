@@ -425,6 +425,8 @@ def lip_sync(
     correlations = np.full(offsets.shape, np.nan)
     n = motion.shape[0]
     for i, k in enumerate(offsets):
+        if n - abs(k) < min_overlap:
+            continue  # too little overlap (and a slice end below zero would wrap around)
         # m[t] against a[t - k]: t runs over max(0, k) .. n - 1 + min(0, k)
         m = motion[max(0, k) : n + min(0, k)]
         a = change[max(0, -k) : n - max(0, k)]

@@ -1,0 +1,284 @@
+"""`empatheia eval` with speech and video: `--speak`/`--animate` model runs writing media,
+`--multimodal` scoring (empatheia.evaluation.multimodal) and its report tables.
+
+The end-to-end test runs the tiny preset on two examples with the packaged Whisper, FER
+and MobileNetV2; the aggregation is checked by hand with stand-in models on synthetic
+clips."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List
+
+import numpy as np
+import pytest
+import torch
+
+from empatheia.evaluation import runner
+from empatheia.evaluation.cli import add_eval_parsers
+from empatheia.evaluation.consistency import character_similarity
+from empatheia.evaluation.multimodal import MultimodalModels, score_multimodal
+from empatheia.evaluation.report import write_report
+from empatheia.evaluation.speech import character_errors
+from empatheia.labels import EMOTION_LABELS
+
+ED = [
+    {"conv_id": "c1", "situation": "I lost my job.", "emotion": "sad", "utterances": ["I lost my job today", "I am so sorry"]},
+    {"conv_id": "c2", "situation": "I won a prize.", "emotion": "proud", "utterances": ["I won the science prize", "Congratulations"]},
+]
+
+
+def run_cli(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="empatheia")
+    add_eval_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def read_jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------- end to end
+def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "ed.jsonl", ED)
+    out = tmp_path / "run"
+    argv = ["eval", "--preset", "tiny", "--data", str(data), "--out", str(out), "--max-new-tokens", "4",
+            "--no-progress", "--animate", "--multimodal"]
+    assert run_cli(argv) == 0
+
+    predictions = read_jsonl(out / "predictions.jsonl")
+    assert [p["id"] for p in predictions] == ["c1/1", "c2/1"]
+    for p in predictions:
+        assert p["audio"] == f"media/{runner.media_stem(p['id'])}.wav" and p["video"] == f"media/{runner.media_stem(p['id'])}.mp4"
+        assert (out / p["audio"]).stat().st_size > 0 and (out / p["video"]).stat().st_size > 0
+        assert isinstance(p["avatar"], str) and p["avatar"]
+    assert not list((out / "media").glob(".*"))  # no temporary file left behind
+    assert json.loads((out / "run.json").read_text())["animate"] is True
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["media"] == {"audio": 2, "video": 2, "scored": True}
+    speech, video, consistency = metrics["speech"], metrics["video"], metrics["consistency"]
+    assert speech["count"] == 2 and speech["silent_clips"] == 0
+    for key in ("wer_mean", "cer_mean", "wer_corpus", "cer_corpus"):
+        assert speech[key] >= 0.0
+    assert 0.1 < speech["duration_mean_seconds"] < 30.0
+    assert -70.0 <= speech["loudness_mean_dbfs"] <= 0.0
+    assert video["count"] == 2 and 0.0 <= video["cpbd_mean"] <= 1.0
+    assert video["lip_sync_count"] + video["lip_sync_unscored"] == 2 and video["lip_sync_count"] >= 1
+    assert math.isfinite(video["lip_sync_confidence_mean"]) and 0.0 <= video["lip_sync_confidence_mean"] <= 2.0
+    assert 0.0 <= video["lip_sync_in_sync_share"] <= 1.0 and 0.0 <= video["lip_sync_offset_abs_mean"] <= 15.0
+    # ED's gold emotions (sad, proud -> happy) are both readable by FER.
+    assert video["facial_emotion_scored"] == 2 and video["facial_emotion_excluded"] == 0
+    assert video["facial_emotion_accuracy"] == video["facial_emotion_correct"] / 2
+    # ED has no listener profiles: one default avatar speaks both responses.
+    (avatar,) = {p["avatar"] for p in predictions}
+    assert video["identity_avatars"] == 1 and video["identity_pairs"] == 1
+    entry = video["identity_per_avatar"][avatar]
+    assert entry["clips"] == 2 and -1.0 <= entry["mean_similarity"] <= 1.0 + 1e-6
+    assert video["identity_consistency_mean"] == pytest.approx(entry["mean_similarity"])
+    assert consistency["text_video_count"] + consistency["text_video_excluded"] == 2
+    assert 0.0 <= consistency["text_video_emotion_agreement"] <= 1.0
+    # mean max(0, 1 - WER) >= max(0, 1 - mean WER) (convexity), equal when no WER exceeds 1
+    assert 1.0 >= consistency["text_speech_word_agreement"] >= max(0.0, 1.0 - speech["wer_mean"]) - 1e-9
+    assert 0.0 <= consistency["text_speech_char_similarity"] <= 1.0
+    markdown = (out / "report.md").read_text()
+    for heading in ("## Speech", "## Video", "## Identity consistency per avatar", "## Cross-modal consistency"):
+        assert heading in markdown
+    assert "| WER (mean over clips) |" in markdown and "<td>CPBD sharpness (mean)</td>" in (out / "report.html").read_text()
+    capsys.readouterr()
+
+    # Resuming redoes nothing: no response, no media file rewritten, same scores.
+    stamps = {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in (out / "media").iterdir()}
+    lines = (out / "predictions.jsonl").read_text()
+    assert run_cli(argv) == 0
+    assert "2 example(s): 2 predicted by an earlier run, 0 now" in capsys.readouterr().err
+    assert (out / "predictions.jsonl").read_text() == lines
+    assert {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in (out / "media").iterdir()} == stamps
+    assert json.loads((out / "metrics.json").read_text())["speech"] == speech
+
+    # Without --animate it would be another run: refused, not mixed.
+    with pytest.raises(SystemExit, match=r"another run \(animate: was True, now False\)"):
+        run_cli([a for a in argv if a not in ("--animate", "--multimodal")] + ["--speak"])
+
+    # Scoring the files: media relative to the predictions file's folder; without video, no video block.
+    audio_only = write_jsonl(out / "audio_only.jsonl", [{k: v for k, v in p.items() if k != "video"} for p in predictions])
+    assert run_cli(["eval", "--predictions", str(audio_only), "--references", str(out / "references.jsonl"),
+                    "--out", str(tmp_path / "files"), "--multimodal", "--no-progress"]) == 0
+    scored = json.loads((tmp_path / "files" / "metrics.json").read_text())
+    assert scored["speech"] == speech and "video" not in scored
+    assert set(scored["consistency"]) == {"text_speech_word_agreement", "text_speech_char_similarity", "text_speech_count"}
+
+
+def test_missing_media_names_the_file_and_the_id(tmp_path):
+    references = write_jsonl(tmp_path / "ref.jsonl", [{"id": "a", "response": "Hi.", "emotion": "sad"},
+                                                      {"id": "b/2", "response": "Oh.", "emotion": "happy"}])
+    predictions = write_jsonl(tmp_path / "pred.jsonl", [
+        {"id": "a", "text": "Hello.", "emotion": "sad"},
+        {"id": "b/2", "text": "Oh.", "emotion": "happy", "audio": "media/b.wav"},
+    ])
+    argv = ["eval", "--predictions", str(predictions), "--references", str(references), "--out", str(tmp_path / "o")]
+    expected = (rf"pred.jsonl, record id 'b/2', field 'audio': audio file not found: {tmp_path / 'media' / 'b.wav'} "
+                rf"\(given as 'media/b.wav', relative to {tmp_path}\)")
+    with pytest.raises(SystemExit, match=expected):
+        run_cli(argv + ["--multimodal"])
+    absolute = tmp_path / "elsewhere" / "b.mp4"
+    write_jsonl(predictions, [{"id": "a", "text": "Hello.", "emotion": "sad", "video": str(absolute)}])
+    with pytest.raises(SystemExit, match=rf"record id 'a', field 'video': video file not found: {absolute}$"):
+        run_cli(argv + ["--multimodal", "--allow-missing"])
+    (tmp_path / "media").mkdir()
+    (tmp_path / "media" / "b.wav").write_bytes(b"not a wav file")
+    write_jsonl(predictions, [{"id": "b/2", "text": "Oh.", "emotion": "happy", "audio": "media/b.wav"}])
+    with pytest.raises(SystemExit, match=r"record id 'b/2', field 'audio': cannot read the audio file .*b\.wav"):
+        run_cli(argv + ["--multimodal", "--allow-missing"])
+    write_jsonl(predictions, [{"id": "a", "text": "Hello.", "emotion": "sad", "video": str(absolute)}])
+    # Without --multimodal the media are counted, not opened.
+    assert run_cli(argv + ["--allow-missing"]) == 0
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["media"] == {"audio": 0, "video": 1, "scored": False}
+
+
+def test_media_options_belong_to_their_modes(tmp_path):
+    predictions = write_jsonl(tmp_path / "p.jsonl", [{"id": "a", "text": "Hi.", "emotion": "sad"}])
+    references = write_jsonl(tmp_path / "r.jsonl", [{"id": "a", "response": "Hi.", "emotion": "sad"}])
+    with pytest.raises(SystemExit, match="--animate only apply with --checkpoint/--preset"):
+        run_cli(["eval", "--predictions", str(predictions), "--references", str(references), "--out", str(tmp_path / "o"),
+                 "--animate"])
+    with pytest.raises(SystemExit, match="--multimodal scores the responses' speech and video: add --speak or --animate"):
+        run_cli(["eval", "--preset", "tiny", "--data", str(predictions), "--out", str(tmp_path / "o"), "--multimodal"])
+    with pytest.raises(SystemExit, match=r"p.jsonl: multimodal scoring needs predictions with an 'audio' or 'video' file"):
+        run_cli(["eval", "--predictions", str(predictions), "--references", str(references), "--out", str(tmp_path / "o"),
+                 "--multimodal"])
+
+
+def test_media_stems_are_safe_and_distinct(tmp_path):
+    ids = ["c1/3", "c1_3", "c1:3", "../x", "a" * 300, "é", ".", "plain-id_1.2"]
+    stems = [runner.media_stem(i) for i in ids]
+    assert len(set(stems)) == len(ids)
+    assert stems[1] == "c1_3" and stems[-1] == "plain-id_1.2" and stems[0].startswith("c1_3-")
+    for stem in stems:
+        assert all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in stem) and len(stem) <= 89
+        assert not stem.startswith(".")
+    # A run.json written before --speak/--animate existed reads as a run without them.
+    (tmp_path / "predictions.jsonl").write_text('{"id": "a", "text": "x", "emotion": "sad"}\n')
+    (tmp_path / "run.json").write_text(json.dumps({"model": "m", "max_new_tokens": 4}))
+    runner.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": False, "animate": False})
+    with pytest.raises(runner.RunMismatchError, match=r"speak: was False, now True"):
+        runner.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": True, "animate": False})
+
+
+# ---------------------------------------------------------------------- hand-checked aggregation
+class NearestLevel:
+    """Stand-in models keyed by a clip's mean grey level (the clips are flat colours)."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __call__(self, frames) -> object:
+        level = float(np.asarray(frames).mean())
+        return self.table[min(self.table, key=lambda known: abs(known - level))]
+
+
+class FakeExpression:
+    labels = EMOTION_LABELS
+    max_frames = 4
+
+    def __init__(self, table):
+        self.lookup = NearestLevel(table)
+
+    def read(self, frames):
+        return SimpleNamespace(emotion=self.lookup(frames))
+
+
+class FakeIdentity:
+    def __init__(self, table):
+        self.lookup = NearestLevel(table)
+
+    def embed(self, video):
+        return np.asarray(self.lookup(video.frames), dtype=np.float64)
+
+
+class FakeTranscriber:
+    """Hears by duration: 0.5 s "hello there", 1 s "good evening"."""
+
+    def transcribe_many(self, clips):
+        return ["hello there" if c.samples.shape[0] / c.sample_rate < 0.75 else "good evening" for c in clips]
+
+
+def test_blocks_hand_checked_with_stand_in_models(tmp_path):
+    import soundfile
+
+    from empatheia.media import write_mp4
+
+    rate = 16000
+    for name, seconds in (("a1", 0.5), ("a2", 1.0)):
+        t = np.arange(int(seconds * rate)) / rate
+        soundfile.write(str(tmp_path / f"{name}.wav"), 0.5 * np.sin(2 * np.pi * 440 * t), rate, subtype="FLOAT")
+    for level in (40, 128, 220):  # 12 frames: 11 transitions, lip sync searches offsets -1..1
+        write_mp4(tmp_path / f"v{level}.mp4", torch.full((12, 64, 64, 3), level, dtype=torch.uint8), 25.0)
+    predictions = [
+        {"id": "p1", "text": "Hello there!", "emotion": "happy", "audio": "a1.wav", "video": "v40.mp4", "avatar": "A"},
+        {"id": "p2", "text": "Good morning, friend.", "emotion": "contempt", "audio": "a2.wav", "video": "v128.mp4",
+         "avatar": "A"},
+        {"id": "p3", "text": "Oh no.", "emotion": "fear", "video": str(tmp_path / "v220.mp4"), "avatar": "B"},
+    ]
+    references = [
+        {"id": "p1", "response": "x", "emotion": "joyful"},  # folds to happy
+        {"id": "p2", "response": "x", "emotion": "contempt"},  # FER has no contempt: left out
+        {"id": "p3", "response": "x", "emotion": "sad"},
+    ]
+    models = MultimodalModels(
+        transcriber=FakeTranscriber(),
+        expression=FakeExpression({40: "happy", 128: "sad", 220: "fear"}),
+        identity=FakeIdentity({40: [1.0, 0.0], 128: [0.6, 0.8], 220: [0.0, 1.0]}),
+    )
+    metrics = runner.score(predictions, references, multimodal=True, media_dir=tmp_path, multimodal_models=models)
+    speech, video, consistency = metrics["speech"], metrics["video"], metrics["consistency"]
+
+    # WER: p1 "hello there" heard exactly (0); p2 "good morning friend" heard "good evening":
+    # 1 substitution + 1 deletion of 3 words. Corpus: 2 errors / 5 words.
+    cer2 = character_errors("Good morning, friend.", "good evening").rate
+    assert speech["count"] == 2 and speech["silent_clips"] == 0
+    assert speech["wer_mean"] == pytest.approx((0 + 2 / 3) / 2) and speech["wer_corpus"] == pytest.approx(2 / 5)
+    assert speech["cer_mean"] == pytest.approx(cer2 / 2)
+    assert speech["duration_mean_seconds"] == pytest.approx(0.75)
+    assert speech["loudness_mean_dbfs"] == pytest.approx(20 * math.log10(0.5 / math.sqrt(2)), abs=0.05)  # -9.03
+
+    assert video["count"] == 3 and video["cpbd_mean"] == 0.0  # flat frames have no edge to judge
+    assert video["lip_sync_count"] == 2 and video["lip_sync_unscored"] == 0  # p3 has no audio
+    assert 0.0 <= video["lip_sync_confidence_mean"] <= 2.0 and video["lip_sync_offset_abs_mean"] <= 1.0
+    # happy vs happy right; contempt excluded; sad read as fear wrong.
+    assert (video["facial_emotion_correct"], video["facial_emotion_scored"], video["facial_emotion_excluded"]) == (1, 2, 1)
+    assert video["facial_emotion_accuracy"] == 0.5
+    # Avatar A: cos([1, 0], [0.6, 0.8]) = 0.6; B has one clip.
+    assert video["identity_per_avatar"] == {
+        "A": {"clips": 2, "mean_similarity": pytest.approx(0.6), "min_similarity": pytest.approx(0.6)},
+        "B": {"clips": 1, "mean_similarity": None, "min_similarity": None}}
+    assert video["identity_consistency_mean"] == pytest.approx(0.6) and video["identity_pairs"] == 1
+    assert video["identity_avatars"] == 1
+
+    # Text vs face: happy/happy and fear/fear agree; p2's text emotion (contempt) is left out.
+    assert consistency["text_video_emotion_agreement"] == 1.0
+    assert (consistency["text_video_count"], consistency["text_video_excluded"]) == (2, 1)
+    assert consistency["text_speech_word_agreement"] == pytest.approx((1 + 1 / 3) / 2)
+    assert consistency["text_speech_char_similarity"] == pytest.approx(
+        (1.0 + character_similarity("Good morning, friend.", "good evening")) / 2)
+    assert consistency["text_speech_count"] == 2
+
+    # Same thing straight from score_multimodal, and the report's tables.
+    direct = score_multimodal(predictions, ["happy", "contempt", "sad"], ["happy", "contempt", "fear"],
+                              base_dir=tmp_path, models=models)
+    assert direct["speech"] == pytest.approx(speech)
+    written = write_report(metrics, tmp_path / "report")
+    markdown = written["report.md"].read_text()
+    assert "| Facial-emotion accuracy (FER vs gold) | 0.5000 (50.00%) |" in markdown
+    assert "| B | 1 | n/a | n/a |" in markdown and "| Duration (mean) | 0.75 s |" in markdown
+    assert "2 response(s) have audio and 3 video; scored below." in markdown
