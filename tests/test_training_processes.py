@@ -18,28 +18,10 @@ from .training_helpers import (
     REPO,
     STAGE_CONFIGS,
     clean_launch_env,
-    extract_tiny_gold_features,
     final_weights,
     read_metrics,
     tiny_settings,
-    write_avatar_dataset,
 )
-
-
-@pytest.fixture(scope="module")
-def avatar(tmp_path_factory):
-    root = tmp_path_factory.mktemp("avatar")
-    train = write_avatar_dataset(root)
-    return train, extract_tiny_gold_features(train, root / "gold")
-
-
-@pytest.fixture(scope="module")
-def previous(tmp_path_factory):
-    from empatheia import Empatheia
-
-    out = tmp_path_factory.mktemp("previous")
-    Empatheia.from_preset("tiny").save_pretrained(out / "final")
-    return out
 
 
 def _run(args, timeout=300, **kwargs) -> subprocess.CompletedProcess:
@@ -49,10 +31,10 @@ def _run(args, timeout=300, **kwargs) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("zero", [2, 3])
-def test_two_processes_with_deepspeed_zero_end_with_identical_weights(zero, avatar, previous, tmp_path):
+def test_two_processes_with_deepspeed_zero_end_with_identical_weights(zero, avatar, stage1_output, tmp_path):
     train, gold = avatar
     sets = tiny_settings(
-        4, tmp_path / "run", train, gold=gold, init=previous, max_steps=4, save_steps=2,
+        4, tmp_path / "run", train, gold=gold, init=stage1_output, max_steps=4, save_steps=2,
         deepspeed=str(REPO / f"configs/deepspeed/zero{zero}.json"), **{"optim.batch_size": 2, "optim.gradient_accumulation_steps": 2},
     )
     _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29600 + zero),
@@ -70,12 +52,12 @@ def test_two_processes_with_deepspeed_zero_end_with_identical_weights(zero, avat
     assert (tmp_path / "run" / "checkpoint-4" / "rng" / "rank-1.pt").is_file()
 
 
-def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(avatar, previous, tmp_path):
+def test_a_killed_run_resumes_to_the_weights_of_an_uninterrupted_one(avatar, stage1_output, tmp_path):
     train, gold = avatar
     steps = 30
 
     def command(out: Path, *extra: str):
-        sets = tiny_settings(4, out, train, gold=gold, init=previous, max_steps=steps, save_steps=4,
+        sets = tiny_settings(4, out, train, gold=gold, init=stage1_output, max_steps=steps, save_steps=4,
                              **{"optim.batch_size": 2, "optim.gradient_accumulation_steps": 2})
         return [sys.executable, "-m", "empatheia", "train", str(STAGE_CONFIGS[4]), *[a for s in sets for a in ("--set", s)], *extra]
 

