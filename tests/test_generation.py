@@ -143,10 +143,18 @@ def test_gold_feature_extractors_wrap_the_generators(tiny, tmp_path):
 
 
 def test_generator_sizes_must_match_the_heads():
-    model_config = Empatheia.from_preset("tiny").config
-    model_config.generators.speech = "nonsense"
+    from empatheia.config import EmpatheiaConfig
+
+    config = EmpatheiaConfig.from_preset("tiny")
+    config.generators.speech = "nonsense"
     with pytest.raises(ValueError, match="generators.speech: unknown generator 'nonsense'"):
-        build_generators(model_config)
+        build_generators(config)
+    # StyleTTS2 reads 1024-d content and 256-d style; the tiny heads write 24 and 12.
+    config.generators.speech = "styletts2"
+    config.generators.styletts2 = {"preset": "tiny"}
+    with pytest.raises(ValueError, match=r"generators.speech: StyleTTS2 reads content 1024-d and style 256-d, "
+                                         r"but the model's heads write 24-d and 12-d"):
+        build_generators(config)
 
 
 def test_resample_rows_keeps_ends():
