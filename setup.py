@@ -50,5 +50,7 @@ setup(
         # The quickstart notebook runs in a real kernel in the tests.
         "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     },
+    # Trained weights of the presets that ship them (empatheia/weights/<preset>/).
+    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

@@ -91,11 +91,22 @@ class Empatheia(nn.Module):
     # ================================================================== building
     @classmethod
     def from_preset(
-        cls, name: str, overrides: Optional[Dict[str, object]] = None, dtype: Optional[torch.dtype] = None
+        cls,
+        name: str,
+        overrides: Optional[Dict[str, object]] = None,
+        dtype: Optional[torch.dtype] = None,
+        trained: bool = True,
     ) -> "Empatheia":
-        """Build a preset (``"tiny"``, ``"paper"``); ``overrides`` maps dotted config keys
-        to values, e.g. ``{"language_model.pretrained": "/models/vicuna-7b-v1.5"}``."""
-        return cls(EmpatheiaConfig.from_preset(name, overrides), dtype=dtype)
+        """Build a preset (``"tiny"``, ``"small"``, ``"paper"``); ``overrides`` maps dotted
+        config keys to values, e.g. ``{"language_model.pretrained": "/models/vicuna-7b-v1.5"}``.
+
+        A preset whose trained weights ship inside the package (:func:`shipped_weights`)
+        loads them unless ``trained=False``."""
+        model = cls(EmpatheiaConfig.from_preset(name, overrides), dtype=dtype)
+        weights = shipped_weights(name) if trained else None
+        if weights is not None:
+            model.load_trained_state_dict(load_file(str(weights)), source=str(weights))
+        return model
 
     @property
     def device(self) -> torch.device:
@@ -581,6 +592,16 @@ class Empatheia(nn.Module):
 
 
 # ---------------------------------------------------------------------- helpers
+SHIPPED_WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+
+def shipped_weights(preset: str) -> Optional[Path]:
+    """``empatheia/weights/<preset>/empatheia.safetensors`` when the package ships trained
+    weights for that preset (what ``training/small_preset.py`` produces), else ``None``."""
+    path = SHIPPED_WEIGHTS / preset / WEIGHTS_NAME
+    return path if path.is_file() else None
+
+
 _STAGE_KEYS = {
     1: ("input_ids", "attention_mask", "labels"),
     2: ("input_ids", "attention_mask", "response_mask", "speech_content_target", "speech_content_mask",

@@ -120,3 +120,19 @@ def test_bfloat16_language_model():
     assert torch.isfinite(out["loss"])
     response = model.respond(make_dialogue(2), max_new_tokens=4)
     assert response.speech_style.dtype == torch.float32
+
+
+def test_presets_load_the_trained_weights_they_ship(tmp_path, monkeypatch):
+    import empatheia.modeling as modeling
+
+    trained = Empatheia.from_preset("tiny")
+    with torch.no_grad():
+        trained.style_disentangler.emotion_classifier.weight.add_(1.0)
+    trained.save_pretrained(tmp_path / "tiny")
+    monkeypatch.setattr(modeling, "SHIPPED_WEIGHTS", tmp_path)
+    assert modeling.shipped_weights("tiny") == tmp_path / "tiny" / "empatheia.safetensors"
+    assert modeling.shipped_weights("small") is None
+    loaded = Empatheia.from_preset("tiny")
+    assert torch.equal(loaded.style_disentangler.emotion_classifier.weight, trained.style_disentangler.emotion_classifier.weight)
+    untrained = Empatheia.from_preset("tiny", trained=False)
+    assert not torch.equal(untrained.style_disentangler.emotion_classifier.weight, trained.style_disentangler.emotion_classifier.weight)

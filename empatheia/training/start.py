@@ -39,7 +39,8 @@ def start_model(config: TrainConfig, require_init: bool) -> Empatheia:
                 f"model.init: stage {config.stage} starts from the previous stage's output directory; set model.init"
             )
         try:
-            return Empatheia.from_preset(config.model.preset, overrides, dtype=dtype)
+            # Training starts from the preset's pretrained parts, never from weights it ships.
+            return Empatheia.from_preset(config.model.preset, overrides, dtype=dtype, trained=False)
         except (KeyError, ValueError) as error:
             raise ConfigError(f"model: {error}") from None
     directory = resolve_init(config.model.init, config.stage)
