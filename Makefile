@@ -24,8 +24,12 @@ $(STAMP): setup.py constraints.txt
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# The small preset once its trained weights ship in the package; tiny (random) until then.
+DEMO_PRESET := $(if $(wildcard empatheia/weights/small/empatheia.safetensors),small,tiny)
+
 demo: $(STAMP)
-	$(BIN)/empatheia respond examples/conversation.json --preset tiny --animate --out demo_output
+	$(BIN)/empatheia respond examples/dialogues.json --conversation 00001 --media-root examples/media \
+		--preset $(DEMO_PRESET) --animate --out demo_output
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache
