@@ -20,8 +20,30 @@ from pathlib import Path
 from typing import List, Optional
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
     print(f"[empatheia] {message}", file=sys.stderr, flush=True)
+
+
+def load_model(args: argparse.Namespace):
+    """The model of ``--checkpoint`` or ``--preset``, in ``--dtype`` on ``--device``; a
+    model that cannot be built is a clean error, not a traceback."""
+    import torch
+
+    from .modeling import Empatheia
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    try:
+        if args.checkpoint is not None:
+            progress(f"loading model from {args.checkpoint}")
+            model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
+        else:
+            progress(f"building the {args.preset} preset")
+            model = Empatheia.from_preset(args.preset, dtype=dtype)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        raise SystemExit(f"error: {error}")
+    if args.device:
+        model.to(args.device)
+    return model
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
@@ -49,10 +71,7 @@ def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
 
 
 def respond(args: argparse.Namespace) -> int:
-    import torch
-
     from .dialogue import Dialogue
-    from .modeling import Empatheia
 
     conversation = _load_conversation(args.conversation_file, args.conversation)
     try:
@@ -60,24 +79,16 @@ def respond(args: argparse.Namespace) -> int:
     except (ValueError, IndexError) as error:
         raise SystemExit(f"error: {args.conversation_file}: {error}")
     start = time.perf_counter()
-    dtype = getattr(torch, args.dtype) if args.dtype else None
-    if args.checkpoint is not None:
-        _progress(f"loading model from {args.checkpoint}")
-        model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
-    else:
-        _progress(f"building the {args.preset} preset")
-        model = Empatheia.from_preset(args.preset, dtype=dtype)
-    if args.device:
-        model.to(args.device)
-    _progress(f"model ready in {time.perf_counter() - start:.1f}s; responding to dialogue {dialogue.id}")
+    model = load_model(args)
+    progress(f"model ready in {time.perf_counter() - start:.1f}s; responding to dialogue {dialogue.id}")
     if args.avatars is not None:
         model.config.generators.avatars = str(args.avatars)
     if args.speak or args.animate:
-        _progress("loading the speech" + (" and talking-head" if args.animate else "") + " generators")
+        progress("loading the speech" + (" and talking-head" if args.animate else "") + " generators")
         model.generators()
     response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
     out = response.save(args.out, dialogue)
-    _progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
+    progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "emotion": response.emotion.label}, ensure_ascii=False))
     return 0
 
@@ -195,7 +206,7 @@ def data_extract_features(args: argparse.Namespace) -> int:
         sources = gold_feature_sources(corpus)
         if not sources:
             raise SystemExit(f"error: {args.file}: no example has a gold response to extract features from")
-        _progress(f"{len(sources)} responses from {args.file}; extracting {[e.name for e in extractors]} into {args.out}")
+        progress(f"{len(sources)} responses from {args.file}; extracting {[e.name for e in extractors]} into {args.out}")
         store = extract_gold_features(
             sources, extractors, args.out, shard_size=args.shard_size, batch_size=args.batch_size, on_error=on_error
         )

@@ -278,14 +278,20 @@ class EmpatheiaConfig:
 
     @classmethod
     def load_yaml(cls, path: Union[str, Path]) -> "EmpatheiaConfig":
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as error:
-            raise ValueError(f"{path}: not valid YAML: {error}") from error
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_yaml_mapping(path), source=str(path))
+
+
+def read_yaml_mapping(path: Union[str, Path]) -> Dict[str, Any]:
+    """A YAML file whose top level is a mapping; anything else is a ``ValueError`` naming
+    the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
 
 
 def _build_dataclass(cls, data: Dict[str, Any], source: str):

@@ -151,8 +151,9 @@ def build_language_model(
     # the vocabulary differs from the base model's config.json, which it looks up by this
     # name (on the Hub for a Hub name). Here the only trained rows are the signal tokens,
     # kept as peft's trainable-token deltas; the added rows' base values are rebuilt from
-    # the config's seed. Without the name, the adapter stays a few MB, nothing is looked
-    # up, and tied embeddings (SmolLM2) do not reach safetensors as two shared tensors.
+    # the config's seed. Without the name, the adapter holds only LoRA and those rows,
+    # nothing is looked up, and tied embeddings (SmolLM2) do not reach safetensors as two
+    # shared tensors.
     for adapter in peft_model.peft_config.values():
         adapter.base_model_name_or_path = None
     return peft_model

@@ -560,7 +560,8 @@ class Empatheia(nn.Module):
 
     def save_pretrained(self, directory: Union[str, Path]) -> Path:
         """Write ``config.yaml``, ``tokenizer/`` and ``empatheia.safetensors`` (trained parts
-        only, a few MB for the tiny and small presets)."""
+        only: about 55 MB for the small preset; the base models are referenced by the
+        config)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.save_yaml(directory / CONFIG_NAME)

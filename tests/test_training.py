@@ -312,11 +312,12 @@ def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avat
     cache = tmp_path / "cache"
     stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3,
                                         **{"data.media_cache": str(cache)}))
-    stored = list(cache.rglob("*.safetensors"))
+    stored = {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")}
     assert len(stored) >= 8  # every turn's audio and video of the four dialogues
     stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3,
                                        **{"data.media_cache": str(cache)}))
-    assert sorted(cache.rglob("*.safetensors")) == sorted(stored)
+    # The third run read every feature: nothing was encoded or written again.
+    assert {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")} == stored
     losses = [[r["loss"] for r in read_metrics(tmp_path / name)] for name in ("plain", "cached", "again")]
     assert losses[1] == pytest.approx(losses[0], rel=1e-5) and losses[2] == pytest.approx(losses[0], rel=1e-5)
     # Attention key biases get only rounding noise as gradient (softmax ignores a shift

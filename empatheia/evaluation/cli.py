@@ -36,13 +36,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-
-def _progress(message: str) -> None:
-    print(f"[empatheia] {message}", file=sys.stderr, flush=True)
+from ..cli import load_model, progress
 
 
 def _labels(path: Optional[Path]):
@@ -55,26 +52,6 @@ def _labels(path: Optional[Path]):
         return LabelSets.from_yaml(path)
     except ValueError as error:
         raise SystemExit(f"error: {error}")
-
-
-def _load_model(args: argparse.Namespace):
-    import torch
-
-    from ..modeling import Empatheia
-
-    dtype = getattr(torch, args.dtype) if args.dtype else None
-    try:
-        if args.checkpoint is not None:
-            _progress(f"loading model from {args.checkpoint}")
-            model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
-        else:
-            _progress(f"building the {args.preset} preset")
-            model = Empatheia.from_preset(args.preset, dtype=dtype)
-    except (FileNotFoundError, ValueError, KeyError) as error:
-        raise SystemExit(f"error: {error}")
-    if args.device:
-        model.to(args.device)
-    return model
 
 
 def _check_mode(args: argparse.Namespace) -> str:
@@ -124,7 +101,7 @@ def run_eval(args: argparse.Namespace) -> int:
             )
             write_metrics(metrics, args.out)
         else:
-            model = _load_model(args)
+            model = load_model(args)
             run_info = {
                 "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
                 "data": str(Path(args.data).resolve()),
@@ -139,17 +116,17 @@ def run_eval(args: argparse.Namespace) -> int:
                 run_info=run_info, progress=not args.no_progress, similarity=args.similarity, polarity=args.polarity,
                 speak=args.speak, animate=args.animate, multimodal=args.multimodal,
             )
-            _progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
+            progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
         written = write_report(metrics, args.out)
     except (DataError, RunMismatchError, ImportError, FileNotFoundError) as error:
         raise SystemExit(f"error: {error}")
     missing = metrics["missing"]
     if missing["without_reference"] or missing["without_prediction"]:
-        _progress(f"left out: {len(missing['without_reference'])} prediction(s) without reference, "
+        progress(f"left out: {len(missing['without_reference'])} prediction(s) without reference, "
                   f"{len(missing['without_prediction'])} reference(s) without prediction (ids in metrics.json)")
     media = metrics.get("media") or {}
     if media and not media.get("scored"):
-        _progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
+        progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
     out = Path(args.out)
     summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2")}
     for block, key in (("speech", "wer_mean"), ("video", "cpbd_mean"), ("video", "lip_sync_confidence_mean"),
@@ -193,7 +170,7 @@ def run_human_export(args: argparse.Namespace) -> int:
         )
     except (DataError, ValueError, FileExistsError) as error:
         raise SystemExit(f"error: {error}")
-    _progress(f"{result.items} item(s) ({result.dialogues} dialogues x {len(systems) + args.include_gold} system(s)) "
+    progress(f"{result.items} item(s) ({result.dialogues} dialogues x {len(systems) + args.include_gold} system(s)) "
               f"for {len(result.sheets)} annotator(s), criteria {result.criteria}")
     print(json.dumps({"key": str(result.key), "sheets": [str(s) for s in result.sheets], "instructions": str(result.instructions)}))
     return 0
@@ -229,7 +206,7 @@ def run_human_aggregate(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {error}")
     json_path, md_path = write_results(results, args.out)
     print(render_results_markdown(results))
-    _progress(f"wrote {json_path} and {md_path}")
+    progress(f"wrote {json_path} and {md_path}")
     return 0
 
 

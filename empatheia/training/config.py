@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
+from ..config import read_yaml_mapping
+
 RECIPES = ("stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "finetune_avatar")
 
 
@@ -151,11 +153,9 @@ def load_train_config(path: Union[str, Path], sets: Sequence[str] = ()) -> Train
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
+        data = read_yaml_mapping(path)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     for item in sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -95,7 +95,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     )
     log.skipped(data.skipped.skipped)
 
-    batches = iter(train_loader(data.train, config, proc.rank, proc.world_size, start=state.micro_steps))
+    loader = train_loader(data.train, config, proc.rank, proc.world_size, start=state.micro_steps)
+    batches = iter(loader)
     progress = tqdm(
         total=config.max_steps,
         initial=state.step,
@@ -141,7 +142,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
                 grad_norm = engine.get_global_grad_norm()
             extra = {
                 "lr": scheduler.get_last_lr()[0],
-                "epoch": round(state.micro_steps / _batches_per_epoch(data, config, proc), 4),
+                "epoch": round(loader.batch_sampler.epoch(state.micro_steps), 4),
                 "examples": state.examples,
                 "grad_norm": float(grad_norm) if grad_norm is not None else None,
                 "seconds": round(time.perf_counter() - started, 3),
@@ -219,10 +220,6 @@ def _grad_norm(model: nn.Module) -> float:
 def _zero_loss(model: nn.Module) -> torch.Tensor:
     """A loss of 0 that touches every trainable parameter, so backward still syncs."""
     return sum(p.sum() * 0.0 for p in model.parameters() if p.requires_grad)
-
-
-def _batches_per_epoch(data: StageData, config: TrainConfig, proc: ProcessInfo) -> int:
-    return math.ceil(len(data.train) / (config.optim.batch_size * proc.world_size))
 
 
 def _check_finite(
