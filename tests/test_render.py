@@ -98,9 +98,23 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(12)]
     source = _write(tmp_path / "ed.jsonl", records)
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
-                       "--render", "3", "--media-steps", "2", "--workers", "1"])
+                       "--render", "3", "--media-steps", "2", "--workers", "1",
+                       "--export-weights", str(tmp_path / "weights"), "--export-metrics", str(tmp_path / "metrics")])
     final = tmp_path / "run" / "stage4_joint" / "final"
     assert (final / "empatheia.safetensors").is_file()
+    # The exported weights are the final ones in half precision, and load into the preset.
+    from safetensors.torch import load_file
+
+    from empatheia import Empatheia
+
+    full, half = load_file(str(final / "empatheia.safetensors")), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
+    assert full.keys() == half.keys() and all(half[k].dtype == torch.float16 for k in half if full[k].is_floating_point())
+    model = Empatheia.from_preset("tiny", trained=False)
+    model.load_trained_state_dict(half, source="exported")
+    for key, value in model.trained_state_dict().items():
+        torch.testing.assert_close(value, full[key], rtol=1e-3, atol=1e-3)
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == ["stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint"]
+    assert (tmp_path / "metrics" / "stage4_joint" / "metrics.jsonl").read_text() == (final.parent / "metrics.jsonl").read_text()
     split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
     assert (split["train"], split["eval"]) == (10, 2)
     assert len((tmp_path / "run" / "rendered" / "train.jsonl").read_text().splitlines()) == 3

@@ -9,6 +9,10 @@
    animated by the offline generators, each utterance in its emotion's style.
 4. Gold features of those renderings from the same generators.
 5. Stages 2, 3 and 4 on the rendered set, each starting from the previous stage.
+6. With ``--export-weights DIR``: the trained parts of ``OUT/stage4_joint/final`` in
+   half precision into ``DIR/empatheia.safetensors`` (``empatheia/weights/small`` is where
+   :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
+   ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/``.
 
 Every stage runs the repository's recipe with its stage config and the overrides in
 :data:`SETTINGS`; a stage whose ``final/`` exists is skipped, and an interrupted one
@@ -72,6 +76,37 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     return output_dir
 
 
+def export_weights(final: Path, folder: Path, dtype=None) -> Path:
+    """``final/empatheia.safetensors`` with floating tensors cast to ``dtype`` (default
+    ``torch.float16``: half the size; loading casts back to the model's dtype) as
+    ``folder/empatheia.safetensors``, written whole then renamed."""
+    import os
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dtype = dtype or torch.float16
+    state = load_file(str(final / "empatheia.safetensors"))
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "empatheia.safetensors"
+    partial = folder / ".empatheia.safetensors.tmp"
+    save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", "")})
+    os.replace(partial, target)
+    return target
+
+
+def export_metrics(stage_dir: Path, folder: Path) -> None:
+    """A stage's ``metrics.jsonl`` and ``train_config.yaml`` (what reproduces and shows
+    its training) into ``folder``."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("metrics.jsonl", "train_config.yaml"):
+        shutil.copyfile(stage_dir / name, folder / name)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True, help="EmpatheticDialogues conversations JSONL")
@@ -82,6 +117,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--stages", default="1,2,3,4")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
+    parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
+    parser.add_argument("--export-metrics", type=Path, help="copy each stage's metrics.jsonl and train_config.yaml here")
     args = parser.parse_args(argv)
     stages = {int(s) for s in args.stages.split(",")}
 
@@ -109,6 +146,12 @@ def main(argv=None) -> None:
         else:
             previous = args.out / RECIPES[stage]
     print(f"[small] done: {previous / 'final'}")
+    if args.export_weights:
+        print(f"[small] weights: {export_weights(previous / 'final', args.export_weights)}")
+    if args.export_metrics:
+        for stage in RECIPES.values():
+            export_metrics(args.out / stage, args.export_metrics / stage)
+        print(f"[small] metrics: {args.export_metrics}")
 
 
 if __name__ == "__main__":
