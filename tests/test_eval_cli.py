@@ -161,6 +161,16 @@ def test_missing_ids_are_an_error_unless_allowed(tmp_path, capsys):
         (['{"id": "a", "text": "x", "emotion": "sad"}', "", '{"id": "a", "text": "y", "emotion": "sad"}'],
          r"record line 3, field 'id': duplicate id 'a' \(first at line 1\)"),
         (['["a", "x"]'], r"record line 1: should be a JSON object"),
+        (['{"id": "a", "text": "x", "emotion": "sad", "speech_style": [0.5, "x"]}'],
+         r"record line 1, field 'speech_style\[1\]': should be a finite number, got 'x'"),
+        (['{"id": "a", "text": "x", "emotion": "sad"}', '{"id": "b", "text": "x", "emotion": "sad", "video_style_realised": 3}'],
+         r"pred.jsonl, record line 2, field 'video_style_realised': should be a list, got an integer"),
+        (['{"id": "a", "text": "x", "emotion": "sad", "video_style": [1, true]}'],
+         r"record line 1, field 'video_style\[1\]': should be a finite number, got True"),
+        (['{"id": "a", "text": "x", "emotion": "sad", "speech_style_realised": [NaN]}'],
+         r"record line 1, field 'speech_style_realised\[0\]': should be a finite number, got nan"),
+        (['{"id": "a", "text": "x", "emotion": "sad", "speech_style": []}'],
+         r"record line 1, field 'speech_style': is empty"),
         ([], r"pred.jsonl: no predictions \(the file is empty\)"),
     ],
 )
@@ -274,6 +284,25 @@ def test_references_carry_the_speakers_age_and_gender(tmp_path):
     assert reference == {"id": "demo/1", "response": "I hope she comes back soon.", "emotion": "fear",
                          "emotion_label": "worried", "history": ["My cat ran away."],
                          "age": "middle-aged", "gender": "female"}
+
+
+def test_references_name_the_gold_response_clip(tmp_path):
+    """An example whose gold response has a talking head gives its reference a ``video``
+    (absolute, so the references file can be written anywhere); others have none."""
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "gold.mp4").write_bytes(b"")  # the reader only checks that it exists
+    with_clip = {"id": "v/1", "history": [{"role": "speaker", "text": "I passed!"}],
+                 "response": {"text": "Well done!", "video": "clips/gold.mp4"}, "emotion": "proud"}
+    without = {"id": "v/2", "history": [{"role": "speaker", "text": "I failed."}], "response": {"text": "Oh no."},
+               "emotion": "sad"}
+    data = write_jsonl(tmp_path / "avatar.jsonl", [with_clip, without])
+    labels = LabelSets()
+    first, second = references_from_dialogues(read_dataset(data, labels=labels).dialogues, labels)
+    assert first["video"] == str((tmp_path / "clips" / "gold.mp4").resolve()) and "video" not in second
+    # Such a reference line validates; a non-string video does not.
+    score([{"id": "v/1", "text": "Great.", "emotion": "happy"}], [first])
+    with pytest.raises(ValueError, match=r"record line 1, field 'video': should be a string"):
+        score([{"id": "v/1", "text": "Great.", "emotion": "happy"}], [dict(first, video=3)])
 
 
 def test_run_model_refuses_examples_without_gold(tmp_path):

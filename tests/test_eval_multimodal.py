@@ -1,5 +1,6 @@
-"""`empatheia eval` with speech and video: `--speak`/`--animate` model runs writing media,
-`--multimodal` scoring (empatheia.evaluation.multimodal) and its report tables.
+"""`empatheia eval` with speech and video: `--speak`/`--animate` model runs writing media
+and style vectors, `--multimodal` scoring (empatheia.evaluation.multimodal: style
+agreement, SSIM against reference clips...) and its report tables.
 
 The end-to-end test runs the tiny preset on two examples with the packaged Whisper, FER
 and MobileNetV2; the aggregation is checked by hand with stand-in models on synthetic
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,7 +21,9 @@ from empatheia.evaluation import runner
 from empatheia.evaluation.consistency import character_similarity
 from empatheia.evaluation.multimodal import MultimodalModels, score_multimodal
 from empatheia.evaluation.report import write_report
-from empatheia.evaluation.speech import character_errors
+from empatheia.config import EmpatheiaConfig
+from empatheia.evaluation.speech import character_errors, style_agreement
+from empatheia.evaluation.video import video_ssim
 from empatheia.labels import EMOTION_LABELS
 
 from .test_eval_cli import read_jsonl, run_cli, write_jsonl
@@ -46,6 +50,13 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
         assert isinstance(p["avatar"], str) and p["avatar"]
     assert not list((out / "media").glob(".*"))  # no temporary file left behind
     assert json.loads((out / "run.json").read_text())["animate"] is True
+    # Requested styles and those the tiny preset's generators measure on the written files.
+    widths = EmpatheiaConfig.from_preset("tiny").style_disentangler
+    for p in predictions:
+        assert len(p["speech_style"]) == len(p["speech_style_realised"]) == widths.speech_style_dim
+        assert len(p["video_style"]) == len(p["video_style_realised"]) == widths.video_style_dim
+        for name in runner.STYLE_FIELDS:
+            assert all(isinstance(v, float) and math.isfinite(v) for v in p[name])
 
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["media"] == {"audio": 2, "video": 2, "scored": True}
@@ -70,6 +81,14 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     assert video["identity_consistency_mean"] == pytest.approx(entry["mean_similarity"])
     assert consistency["text_video_count"] + consistency["text_video_excluded"] == 2
     assert 0.0 <= consistency["text_video_emotion_agreement"] <= 1.0
+    # Style agreement over both responses, as style_agreement gives it on the recorded vectors.
+    for block, name in (("speech", "speech_style"), ("video", "video_style")):
+        found = [style_agreement(p[name], p[f"{name}_realised"]) for p in predictions]
+        assert metrics[block]["style_count"] == 2
+        assert metrics[block]["style_cosine_mean"] == pytest.approx(np.mean([f.cosine for f in found]))
+        assert metrics[block]["style_mse_mean"] == pytest.approx(np.mean([f.mse for f in found]))
+        assert -1.0 - 1e-9 <= metrics[block]["style_cosine_mean"] <= 1.0 + 1e-9 and metrics[block]["style_mse_mean"] >= 0.0
+    assert "ssim_mean" not in video  # ED has no gold clips
     # mean max(0, 1 - WER) >= max(0, 1 - mean WER) (convexity), equal when no WER exceeds 1
     assert 1.0 >= consistency["text_speech_word_agreement"] >= max(0.0, 1.0 - speech["wer_mean"]) - 1e-9
     assert 0.0 <= consistency["text_speech_char_similarity"] <= 1.0
@@ -77,7 +96,11 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     for heading in ("## Speech", "## Video", "## Identity consistency per avatar", "## Cross-modal consistency"):
         assert heading in markdown
     assert "| WER (mean over clips) |" in markdown and "<td>CPBD sharpness (mean)</td>" in (out / "report.html").read_text()
-    capsys.readouterr()
+    assert "| Style agreement: cosine, requested vs realised S^s (mean) |" in markdown
+    assert "| Style agreement: MSE, requested vs realised S^v (mean) |" in markdown
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["speech_style_cosine_mean"] == metrics["speech"]["style_cosine_mean"]
+    assert printed["video_style_cosine_mean"] == metrics["video"]["style_cosine_mean"]
 
     # Resuming redoes nothing: no response, no media file rewritten, same scores.
     stamps = {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in (out / "media").iterdir()}
@@ -92,8 +115,9 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"another run \(animate: was True, now False\)"):
         run_cli([a for a in argv if a not in ("--animate", "--multimodal")] + ["--speak"])
 
-    # Scoring the files: media relative to the predictions file's folder; without video, no video block.
-    audio_only = write_jsonl(out / "audio_only.jsonl", [{k: v for k, v in p.items() if k != "video"} for p in predictions])
+    # Scoring the files: media relative to the predictions file's folder; without video (and its style), no video block.
+    audio_only = write_jsonl(out / "audio_only.jsonl", [
+        {k: v for k, v in p.items() if k not in ("video", "video_style", "video_style_realised")} for p in predictions])
     assert run_cli(["eval", "--predictions", str(audio_only), "--references", str(out / "references.jsonl"),
                     "--out", str(tmp_path / "files"), "--multimodal", "--no-progress"]) == 0
     scored = json.loads((tmp_path / "files" / "metrics.json").read_text())
@@ -207,22 +231,26 @@ def test_blocks_hand_checked_with_stand_in_models(tmp_path):
     for level in (40, 128, 220):  # 12 frames: 11 transitions, lip sync searches offsets -1..1
         write_mp4(tmp_path / f"v{level}.mp4", torch.full((12, 64, 64, 3), level, dtype=torch.uint8), 25.0)
     predictions = [
-        {"id": "p1", "text": "Hello there!", "emotion": "happy", "audio": "a1.wav", "video": "v40.mp4", "avatar": "A"},
+        {"id": "p1", "text": "Hello there!", "emotion": "happy", "audio": "a1.wav", "video": "v40.mp4", "avatar": "A",
+         "speech_style": [1.0, 0.0, 2.0], "speech_style_realised": [1.0, 0.0, 2.0],
+         "video_style": [1.0, 0.0], "video_style_realised": [0.0, 1.0]},
         {"id": "p2", "text": "Good morning, friend.", "emotion": "contempt", "audio": "a2.wav", "video": "v128.mp4",
-         "avatar": "A"},
-        {"id": "p3", "text": "Oh no.", "emotion": "fear", "video": str(tmp_path / "v220.mp4"), "avatar": "B"},
+         "avatar": "A", "speech_style": [1.0, 0.0], "speech_style_realised": [0.0, 3.0]},
+        {"id": "p3", "text": "Oh no.", "emotion": "fear", "video": str(tmp_path / "v220.mp4"), "avatar": "B",
+         "speech_style": [5.0, 5.0]},  # nothing realised to compare with: left out
     ]
     references = [
-        {"id": "p1", "response": "x", "emotion": "joyful"},  # folds to happy
-        {"id": "p2", "response": "x", "emotion": "contempt"},  # FER has no contempt: left out
-        {"id": "p3", "response": "x", "emotion": "sad"},
+        {"id": "p1", "response": "x", "emotion": "joyful", "video": "v40.mp4"},  # folds to happy; its own clip
+        {"id": "p2", "response": "x", "emotion": "contempt"},  # FER has no contempt: left out; no gold clip
+        {"id": "p3", "response": "x", "emotion": "sad", "video": str(tmp_path / "v128.mp4")},
     ]
     models = MultimodalModels(
         transcriber=FakeTranscriber(),
         expression=FakeExpression({40: "happy", 128: "sad", 220: "fear"}),
         identity=FakeIdentity({40: [1.0, 0.0], 128: [0.6, 0.8], 220: [0.0, 1.0]}),
     )
-    metrics = runner.score(predictions, references, multimodal=True, media_dir=tmp_path, multimodal_models=models)
+    metrics = runner.score(predictions, references, multimodal=True, media_dir=tmp_path, multimodal_models=models,
+                           reference_media_dir=tmp_path)
     speech, video, consistency = metrics["speech"], metrics["video"], metrics["consistency"]
 
     # WER: p1 "hello there" heard exactly (0); p2 "good morning friend" heard "good evening":
@@ -255,12 +283,128 @@ def test_blocks_hand_checked_with_stand_in_models(tmp_path):
         (1.0 + character_similarity("Good morning, friend.", "good evening")) / 2)
     assert consistency["text_speech_count"] == 2
 
+    # Speech style: p1 identical (cos 1, mse 0); p2 [1, 0] vs [0, 3] orthogonal (cos 0, mse (1 + 9) / 2 = 5).
+    assert (speech["style_count"], speech["style_cosine_mean"], speech["style_mse_mean"]) == (2, pytest.approx(0.5), 2.5)
+    # Video style: only p1, [1, 0] vs [0, 1]: cos 0, mse (1 + 1) / 2.
+    assert (video["style_count"], video["style_cosine_mean"], video["style_mse_mean"]) == (1, 0.0, 1.0)
+    # SSIM: p1 against its own clip 1; p3 (flat 220) against flat 128, which for flat images is
+    # (2ab + C1) / (a^2 + b^2 + C1) with a, b the levels (within what H.264 does to them).
+    c1 = (0.01 * 255) ** 2
+    flat = (2 * 220 * 128 + c1) / (220**2 + 128**2 + c1)
+    other = video_ssim(tmp_path / "v220.mp4", tmp_path / "v128.mp4")
+    assert other == pytest.approx(flat, abs=0.01)
+    assert video["ssim_count"] == 2 and video["ssim_mean"] == pytest.approx((1.0 + other) / 2)
+
     # Same thing straight from score_multimodal, and the report's tables.
     direct = score_multimodal(predictions, ["happy", "contempt", "sad"], ["happy", "contempt", "fear"],
-                              base_dir=tmp_path, models=models)
-    assert direct["speech"] == pytest.approx(speech)
+                              base_dir=tmp_path, models=models, references=references, references_dir=tmp_path)
+    assert direct["speech"] == pytest.approx(speech) and direct["video"]["ssim_mean"] == pytest.approx(video["ssim_mean"])
     written = write_report(metrics, tmp_path / "report")
     markdown = written["report.md"].read_text()
     assert "| Facial-emotion accuracy (FER vs gold) | 0.5000 (50.00%) |" in markdown
     assert "| B | 1 | n/a | n/a |" in markdown and "| Duration (mean) | 0.75 s |" in markdown
     assert "2 response(s) have audio and 3 video; scored below." in markdown
+    assert f"| SSIM against the gold clip (mean) | {video['ssim_mean']:.4f} |" in markdown
+    assert "| Style agreement: responses scored | 2 |" in markdown
+
+
+class NoModels(MultimodalModels):
+    """Fails the test if anything loads a model."""
+
+    @property
+    def transcriber(self):
+        raise AssertionError("no transcriber should be needed")
+
+    @property
+    def expression(self):
+        raise AssertionError("no FER model should be needed")
+
+    @property
+    def identity(self):
+        raise AssertionError("no identity model should be needed")
+
+
+def test_style_agreement_needs_no_model_and_checks_lengths(tmp_path):
+    references = [{"id": "a", "response": "Hi.", "emotion": "sad"}, {"id": "b", "response": "Oh.", "emotion": "happy"}]
+    predictions = [
+        {"id": "a", "text": "Hello.", "emotion": "sad", "video_style": [0.0, 0.0], "video_style_realised": [0.0, 0.0]},
+        {"id": "b", "text": "Oh.", "emotion": "happy", "video_style": [3.0, 4.0], "video_style_realised": [6.0, 8.0]},
+    ]
+    metrics = runner.score(predictions, references, multimodal=True, multimodal_models=NoModels())
+    # Two zero vectors agree (cos 1, mse 0); [3, 4] vs [6, 8] same direction: cos 1, mse (9 + 16) / 2.
+    assert metrics["video"] == {"style_cosine_mean": 1.0, "style_mse_mean": 6.25, "style_count": 2}
+    assert "speech" not in metrics and metrics["consistency"] == {}
+    write_report(metrics, tmp_path / "report")  # a video block with style keys only renders
+    assert "| Style agreement: responses scored | 2 |" in (tmp_path / "report" / "report.md").read_text()
+
+    bad = [dict(predictions[0]), dict(predictions[1], speech_style=[1.0, 2.0], speech_style_realised=[1.0, 2.0, 3.0])]
+    path = write_jsonl(tmp_path / "pred.jsonl", bad)
+    with pytest.raises(SystemExit, match=r"pred.jsonl, record id 'b', field 'speech_style_realised': has 3 values but "
+                                         r"speech_style has 2"):
+        run_cli(["eval", "--predictions", str(path), "--references", str(write_jsonl(tmp_path / "ref.jsonl", references)),
+                 "--out", str(tmp_path / "o"), "--multimodal"])
+
+
+def test_reference_clips_are_read_beside_the_references_file(tmp_path):
+    from empatheia.media import write_mp4
+
+    rng = np.random.default_rng(5)
+    frames = torch.from_numpy(rng.integers(0, 256, (4, 32, 32, 3), dtype=np.uint8))
+    write_mp4(tmp_path / "gen.mp4", frames, 25.0)
+    predictions = write_jsonl(tmp_path / "pred.jsonl", [
+        {"id": "a", "text": "Hello.", "emotion": "sad", "video": "gen.mp4"},
+        {"id": "b", "text": "Oh.", "emotion": "happy"},  # no video: its reference clip is not opened
+    ])
+    (tmp_path / "refs").mkdir()
+    references = write_jsonl(tmp_path / "refs" / "ref.jsonl", [
+        {"id": "a", "response": "Hi.", "emotion": "sad", "video": "clips/gold.mp4"},
+        {"id": "b", "response": "Oh.", "emotion": "happy", "video": "clips/absent.mp4"},
+    ])
+    gold = tmp_path / "refs" / "clips" / "gold.mp4"
+    expected = (rf"ref.jsonl, record id 'a', field 'video': video file not found: {gold} "
+                rf"\(given as 'clips/gold.mp4', relative to {tmp_path / 'refs'}\)")
+    with pytest.raises(SystemExit, match=expected):
+        run_cli(["eval", "--predictions", str(predictions), "--references", str(references), "--out", str(tmp_path / "o"),
+                 "--multimodal"])
+
+    gold.parent.mkdir()
+    gold.write_bytes((tmp_path / "gen.mp4").read_bytes())  # the gold clip is the generated one: SSIM 1
+    models = MultimodalModels(transcriber=None, expression=FakeExpression({0: "sad"}), identity=None)
+    metrics = runner.score_files(predictions, references, multimodal=True, multimodal_models=models)
+    assert (metrics["video"]["ssim_count"], metrics["video"]["ssim_mean"]) == (1, 1.0)
+
+
+class SpyStyleGenerator:
+    """Measures a fixed style per file name and records each style_features call."""
+
+    def __init__(self, styles):
+        self.styles, self.calls = styles, []
+
+    def style_features(self, paths):
+        self.calls.append(list(paths))
+        return [torch.tensor(self.styles[Path(p).name]) for p in paths]
+
+
+def test_response_styles_measure_each_batch_in_one_call(tmp_path):
+    responses = [
+        SimpleNamespace(speech_style=torch.tensor([0.1234567891, -2.0]), video_style=torch.tensor([1.0, 0.0, 0.5])),
+        SimpleNamespace(speech_style=torch.tensor([3.0, 4.0]), video_style=torch.tensor([0.0, 1.0, 0.0])),
+        SimpleNamespace(speech_style=torch.tensor([1.0, 1.0]), video_style=torch.tensor([2.0, 2.0, 2.0])),
+    ]
+    media = [{"audio": "media/a.wav", "video": "media/a.mp4"}, {"audio": "media/b.wav", "video": "media/b.mp4"},
+             {"audio": "media/c.wav"}]  # spoken, not animated
+    speech = SpyStyleGenerator({"a.wav": [0.5, 0.25], "b.wav": [3.0, 4.0], "c.wav": [1e-7, 123456789.0]})
+    head = SpyStyleGenerator({"a.mp4": [1.0, 0.0, 0.5], "b.mp4": [1.0, 0.0, 0.0]})
+    styles = runner.response_styles((speech, head), tmp_path, responses, media)
+    assert speech.calls == [[tmp_path / "media/a.wav", tmp_path / "media/b.wav", tmp_path / "media/c.wav"]]
+    assert head.calls == [[tmp_path / "media/a.mp4", tmp_path / "media/b.mp4"]]
+    # float32 0.1234567891 is 0.123456791..., kept to 6 significant digits.
+    assert styles[0] == {"speech_style": [0.123457, -2.0], "speech_style_realised": [0.5, 0.25],
+                         "video_style": [1.0, 0.0, 0.5], "video_style_realised": [1.0, 0.0, 0.5]}
+    assert styles[1]["video_style_realised"] == [1.0, 0.0, 0.0]
+    assert styles[2] == {"speech_style": [1.0, 1.0], "speech_style_realised": [1e-7, 123457000.0]}
+    record = runner.prediction_record(
+        SimpleNamespace(id="x"), SimpleNamespace(text="Hi.", emotion=SimpleNamespace(label="sad", probabilities={}),
+                                                 chain=SimpleNamespace(speaker_emotion=None)), media[2], styles[2])
+    assert record["speech_style_realised"] == [1e-7, 123457000.0] and record["audio"] == "media/c.wav"
+    assert runner.validate_record(json.loads(json.dumps(record)), runner.PREDICTION_FIELDS, None, "line 1") == record

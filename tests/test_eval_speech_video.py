@@ -55,6 +55,8 @@ from empatheia.evaluation.video import (
     facial_emotion_accuracy,
     identity_consistency,
     lip_sync,
+    match_frame_rate,
+    read_frames,
     ssim,
     video_cpbd,
     video_ssim,
@@ -197,6 +199,17 @@ def test_style_agreement_hand_cases():
         style_agreement(torch.zeros(3), torch.zeros(4))
 
 
+def test_style_agreement_of_identical_and_orthogonal_styles():
+    """The cases the eval's style_* keys rest on, with lists as prediction lines hold them."""
+    requested = [0.5, -1.25, 2.0, 0.0]
+    same = style_agreement(requested, list(requested))
+    assert same.cosine == pytest.approx(1.0) and same.mse == 0.0
+    # <a, b> = 0.5 * 2.5 + (-1.25) * 1 + 0 + 0 = 0: orthogonal.
+    orthogonal = style_agreement(requested, [2.5, 1.0, 0.0, 7.0])
+    assert orthogonal.cosine == pytest.approx(0.0, abs=1e-12)
+    assert orthogonal.mse == pytest.approx((2.0**2 + 2.25**2 + 2.0**2 + 7.0**2) / 4)
+
+
 # ============================================================== SSIM
 def test_ssim_identical_and_constant_images():
     rng = np.random.default_rng(1)
@@ -214,6 +227,80 @@ def test_ssim_identical_and_constant_images():
     assert ssim(grey, noisy)[0] == pytest.approx(ssim(noisy, grey)[0])
     with pytest.raises(ValueError):
         ssim(np.zeros((8, 8)), np.zeros((8, 8)))  # smaller than the window
+
+
+def reference_ssim(x: np.ndarray, y: np.ndarray) -> float:
+    """SSIM of two RGB frames written out from Wang et al. (2004), independently of
+    ``video.ssim``: BT.601 luma in float64, an explicit 11 x 11 Gaussian (sigma 1.5)
+    applied over every window wholly inside the image (no padding), then
+    ``(2 mu_x mu_y + C1)(2 s_xy + C2) / ((mu_x^2 + mu_y^2 + C1)(s_x^2 + s_y^2 + C2))``
+    averaged over the windows."""
+    weights = np.array([0.299, 0.587, 0.114])
+    a, b = x.astype(np.float64) @ weights, y.astype(np.float64) @ weights
+    g = np.exp(-((np.arange(11) - 5.0) ** 2) / (2 * 1.5**2))
+    kernel = np.outer(g, g) / np.outer(g, g).sum()
+
+    def local_mean(image):  # (H - 10, W - 10): sum of each 11 x 11 window times the kernel
+        return np.einsum("ijkl,kl->ij", np.lib.stride_tricks.sliding_window_view(image, (11, 11)), kernel)
+
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    mu_a, mu_b = local_mean(a), local_mean(b)
+    var_a, var_b = local_mean(a * a) - mu_a**2, local_mean(b * b) - mu_b**2
+    cov = local_mean(a * b) - mu_a * mu_b
+    value = (2 * mu_a * mu_b + c1) * (2 * cov + c2) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
+    return float(value.mean())
+
+
+def test_video_ssim_of_clips_against_themselves_and_noised_copies(tmp_path):
+    """Files as the eval reads them: a clip against itself is 1; a noised copy scores
+    what the formula, computed here separately frame by frame, gives."""
+    from empatheia.media import write_mp4
+
+    rng = np.random.default_rng(7)
+    y, x = np.mgrid[0:48, 0:64]
+    frames = np.stack([np.stack([(x * 3 + 10 * t) % 256, (y * 4 + 5 * t) % 256, (x + y) * 2 % 256], -1)
+                       for t in range(6)]).astype(np.uint8)
+    noised = np.clip(frames + rng.normal(0, 25, frames.shape), 0, 255).astype(np.uint8)
+    clip = write_mp4(tmp_path / "clip.mp4", torch.from_numpy(frames), 25.0)
+    noisy = write_mp4(tmp_path / "noisy.mp4", torch.from_numpy(noised), 25.0)
+    assert video_ssim(clip, clip) == 1.0
+
+    decoded_clip, _ = read_frames(clip)
+    decoded_noisy, _ = read_frames(noisy)
+    assert decoded_clip.shape == decoded_noisy.shape == (6, 48, 64, 3)
+    expected = np.mean([reference_ssim(g, r) for g, r in zip(decoded_noisy, decoded_clip)])
+    value = video_ssim(noisy, clip)
+    assert value < 0.9 and value == pytest.approx(expected, rel=1e-6)
+    # Arrays straight away (no codec): the same formula.
+    direct = np.mean([reference_ssim(g, r) for g, r in zip(noised, frames)])
+    assert video_ssim(noised, frames) == pytest.approx(direct, rel=1e-6) and direct < 1.0
+    # Only the common length is compared: 4 generated frames against 6 reference frames.
+    assert video_ssim(noised[:4], frames) == pytest.approx(np.mean([reference_ssim(g, r) for g, r in zip(noised[:4], frames)]),
+                                                          rel=1e-6)
+
+
+def test_match_frame_rate_picks_the_nearest_frame_in_time():
+    frames = np.arange(10)[:, None, None, None] * np.ones((1, 1, 1, 3), dtype=np.int64)
+    # 25 -> 50 fps: output k at k / 50 s is input round-half-up(k / 2); k = 19 would be frame 10.
+    up = match_frame_rate(frames, 25.0, 50.0)[:, 0, 0, 0]
+    assert up.tolist() == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8, 9, 9]
+    # 30 -> 25 fps: floor(1.2 k + 0.5) = 0, 1, 2, 4, 5 (6 is past the end).
+    down = match_frame_rate(frames[:6], 30.0, 25.0)[:, 0, 0, 0]
+    assert down.tolist() == [0, 1, 2, 4, 5]
+    assert match_frame_rate(frames, 25.0, 25.0) is frames
+
+
+def test_video_ssim_pairs_frames_in_time_across_frame_rates():
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    reference = rng.integers(0, 256, (5, 24, 24, 3), dtype=np.uint8)
+    # 50 fps: the reference's frames at even positions, noise in between.
+    doubled = rng.integers(0, 256, (10, 24, 24, 3), dtype=np.uint8)
+    doubled[0::2] = reference
+    assert video_ssim(SimpleNamespace(frames=doubled, fps=50.0), SimpleNamespace(frames=reference, fps=25.0)) == 1.0
+    # Taken frame by frame (both at 25 fps) they would not match.
+    assert video_ssim(doubled, reference) < 0.5
 
 
 def test_video_ssim_pairs_frames_and_resizes():

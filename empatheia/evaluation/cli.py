@@ -19,11 +19,13 @@ status; errors are ``SystemExit("error: ...")``):
   response's speech / speech and talking head to ``DIR/media/<id>.wav`` / ``.mp4``.
 * ``--multimodal`` (either mode) also scores the predictions' ``audio`` / ``video``
   files (paths relative to the predictions file's folder, or absolute): the ``speech``
-  (Whisper tiny.en WER/CER against the response text, duration, loudness), ``video``
-  (CPBD, lip sync, FER facial-emotion accuracy against the gold emotion, identity
-  consistency per ``avatar``) and ``consistency`` (text-video emotion, text-speech
-  content) blocks of :mod:`empatheia.evaluation.multimodal`. It loads Whisper, the FER
-  network and MobileNetV2, hence opt-in.
+  (Whisper tiny.en WER/CER against the response text, duration, loudness, agreement of
+  the requested and realised speech style), ``video`` (CPBD, lip sync, FER
+  facial-emotion accuracy against the gold emotion, identity consistency per
+  ``avatar``, video style agreement, SSIM against the references' ``video`` clips) and
+  ``consistency`` (text-video emotion, text-speech content) blocks of
+  :mod:`empatheia.evaluation.multimodal`. It loads Whisper, the FER network and
+  MobileNetV2, hence opt-in.
 * ``empatheia human export --data FILE --predictions [NAME=]P ... --out KIT [--n 200]
   [--annotators 3|a,b,c] [--seed 0] [--criteria auto|text|multimodal|all]
   [--include-gold]``: rating sheets (``KIT/sheets/<annotator>.csv``), ``KIT/key.csv`` and
@@ -129,8 +131,9 @@ def run_eval(args: argparse.Namespace) -> int:
         progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
     out = Path(args.out)
     summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2")}
-    for block, key in (("speech", "wer_mean"), ("video", "cpbd_mean"), ("video", "lip_sync_confidence_mean"),
-                       ("video", "facial_emotion_accuracy"), ("video", "identity_consistency_mean")):
+    for block, key in (("speech", "wer_mean"), ("speech", "style_cosine_mean"), ("video", "cpbd_mean"),
+                       ("video", "lip_sync_confidence_mean"), ("video", "facial_emotion_accuracy"),
+                       ("video", "identity_consistency_mean"), ("video", "ssim_mean"), ("video", "style_cosine_mean")):
         if key in (metrics.get(block) or {}):
             summary_line[f"{block}_{key}"] = metrics[block][key]
     summary_line.update(metrics=str(out / METRICS_NAME), report=str(written[REPORT_HTML]), markdown=str(written[REPORT_MD]))
@@ -225,7 +228,8 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     )
     files = p.add_argument_group("scoring files")
     files.add_argument("--predictions", type=Path, help="predictions JSONL: id, text, emotion per line")
-    files.add_argument("--references", type=Path, help="references JSONL: id, response, emotion (age, gender) per line")
+    files.add_argument("--references", type=Path,
+                       help="references JSONL: id, response, emotion (age, gender, video) per line")
     files.add_argument("--allow-missing", action="store_true",
                        help="score the ids in both files and list the others (default: an error)")
     model = p.add_argument_group("running a model")
@@ -254,7 +258,8 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
                    help="also score the predictions' 'audio'/'video' files (relative to the predictions file's folder): "
                         "speech (Whisper tiny.en WER/CER against the response text, duration, loudness), video (CPBD, "
                         "lip sync, FER facial-emotion accuracy against the gold emotion, identity consistency per "
-                        "'avatar') and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
+                        "'avatar', SSIM against the references' 'video' clips), requested-vs-realised style agreement "
+                        "and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
     p.add_argument("--out", type=Path, required=True, help="output folder (rerun with the same one to resume)")
     p.set_defaults(run=run_eval)
 

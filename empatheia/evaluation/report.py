@@ -178,6 +178,9 @@ _SPEECH_ROWS = (
     ("duration_mean_seconds", "Duration (mean)", "seconds"),
     ("loudness_mean_dbfs", "Loudness (mean of non-silent clips)", "dbfs"),
     ("silent_clips", "Silent clips", "count"),
+    ("style_cosine_mean", "Style agreement: cosine, requested vs realised S^s (mean)", "number"),
+    ("style_mse_mean", "Style agreement: MSE, requested vs realised S^s (mean)", "number"),
+    ("style_count", "Style agreement: responses scored", "count"),
 )
 _VIDEO_ROWS = (
     ("count", "Clips", "count"),
@@ -194,6 +197,11 @@ _VIDEO_ROWS = (
     ("identity_consistency_mean", "Identity consistency (mean same-avatar similarity)", "number"),
     ("identity_pairs", "Same-avatar pairs", "count"),
     ("identity_avatars", "Avatars with >= 2 clips", "count"),
+    ("ssim_mean", "SSIM against the gold clip (mean)", "number"),
+    ("ssim_count", "SSIM: clips with a gold clip", "count"),
+    ("style_cosine_mean", "Style agreement: cosine, requested vs realised S^v (mean)", "number"),
+    ("style_mse_mean", "Style agreement: MSE, requested vs realised S^v (mean)", "number"),
+    ("style_count", "Style agreement: responses scored", "count"),
 )
 _CONSISTENCY_ROWS = (
     ("text_video_emotion_agreement", "Text-video emotion agreement", "fraction"),
@@ -233,17 +241,32 @@ def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str
     sections = []
     speech, video, consistency = metrics.get("speech"), metrics.get("video"), metrics.get("consistency")
     if speech:
-        sections.append(("Speech", ["metric", "value"], _block_rows(speech, _SPEECH_ROWS), None, [
-            "Each clip is transcribed by Whisper tiny.en and compared with the response's own text (normalised: "
-            "case, punctuation and spelled-out numbers); a rate can exceed 1 with insertions. Loudness: gated RMS "
-            "of the speaking frames."]))
+        notes = []
+        if "count" in speech:
+            notes.append("Each clip is transcribed by Whisper tiny.en and compared with the response's own text "
+                         "(normalised: case, punctuation and spelled-out numbers); a rate can exceed 1 with insertions. "
+                         "Loudness: gated RMS of the speaking frames.")
+        if "style_count" in speech:
+            notes.append("Style agreement: the speech style S^s the model requested against the one its speech "
+                         "generator measures on the written audio (cosine in [-1, 1], 1 = same direction; MSE per "
+                         "dimension, 0 = identical).")
+        sections.append(("Speech", ["metric", "value"], _block_rows(speech, _SPEECH_ROWS), None, notes))
     if video:
+        notes = []
+        if "count" in video:
+            notes.append("CPBD: no-reference sharpness in [0, 1]. Lip sync: mouth motion against the speech envelope "
+                         "over frame offsets (a correlation scale, 0 to 2, not SyncNet's). Facial emotion: the FER "
+                         "mini-Xception's reading against the gold emotion; FER has no contempt, so clips whose gold "
+                         "emotion is contempt (or outside Empatheia's seven) are left out.")
+        if "ssim_count" in video:
+            notes.append("SSIM: luma structural similarity (1 = identical) of each clip against its reference's gold "
+                         "clip, frame pairs from the start at the reference's frame rate over the shorter length, "
+                         "generated frames resized to the reference's size.")
+        if "style_count" in video:
+            notes.append("Style agreement: the video style S^v the model requested against the one its talking-head "
+                         "generator measures on the written video.")
         sections.append(("Video", ["metric", "value"], _block_rows(
-            {k: v for k, v in video.items() if k != "identity_per_avatar"}, _VIDEO_ROWS), None, [
-            "CPBD: no-reference sharpness in [0, 1]. Lip sync: mouth motion against the speech envelope over frame "
-            "offsets (a correlation scale, 0 to 2, not SyncNet's). Facial emotion: the FER mini-Xception's reading "
-            "against the gold emotion; FER has no contempt, so clips whose gold emotion is contempt (or outside "
-            "Empatheia's seven) are left out."]))
+            {k: v for k, v in video.items() if k != "identity_per_avatar"}, _VIDEO_ROWS), None, notes))
         per_avatar = video.get("identity_per_avatar") or {}
         if per_avatar:
             rows = [[key, str(entry.get("clips")), _formatted(entry.get("mean_similarity"), "number"),

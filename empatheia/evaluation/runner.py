@@ -8,12 +8,16 @@ Predictions (JSONL, one response a line)
     ``null``), ``emotion_probabilities`` (class -> probability), ``audio`` and ``video``
     (the spoken response and the talking head: paths relative to the predictions file's
     folder, or absolute) and ``avatar`` (which avatar spoke it: the same string, the same
-    face).
+    face); ``speech_style`` / ``video_style`` (the style vectors S^s / S^v the model asked
+    its generators for) and ``speech_style_realised`` / ``video_style_realised`` (the ones
+    the same generators measure on the written audio / video), non-empty lists of finite
+    numbers.
 References (JSONL, one gold response a line)
     ``id``, ``response`` (the gold response text), ``emotion`` (the gold emotion); optional
     ``emotion_label`` (the dataset's raw label before folding), ``age`` and ``gender``,
     ``history`` (the dialogue's utterances, a list of strings; needed only for the polarity
-    metrics).
+    metrics), ``video`` (the gold response's talking-head clip, a path relative to the
+    references file's folder or absolute; needed only for SSIM).
 
 Other fields are allowed and ignored. Bad input is a :class:`~empatheia.errors.DataError`
 naming the file, the line and the field. An id that is in one file and not in the other
@@ -45,9 +49,10 @@ Speech and video
 With ``multimodal=True`` (``empatheia eval --multimodal``), :func:`score` also scores the
 predictions' ``audio`` and ``video`` files: the ``speech``, ``video`` and
 ``consistency`` blocks of :mod:`empatheia.evaluation.multimodal` (Whisper WER/CER,
-duration, loudness; CPBD, lip sync, facial-emotion accuracy, identity consistency;
-text-video emotion and text-speech content agreement; definitions there). It loads
-Whisper, the FER network and MobileNetV2, so it is off by default; without it, the
+duration, loudness, speech style agreement; CPBD, lip sync, facial-emotion accuracy,
+identity consistency, video style agreement, SSIM against the references' ``video``
+clips; text-video emotion and text-speech content agreement; definitions there). It
+loads Whisper, the FER network and MobileNetV2, so it is off by default; without it, the
 number of predictions carrying media is still reported under ``media``.
 
 Running a model
@@ -62,7 +67,15 @@ With ``speak`` / ``animate`` the model also speaks / animates each response; its
 and video are written to ``DIR/media/<id>.wav`` and ``.mp4`` (:func:`media_stem` makes
 the id a safe file name; the MP4 carries the speech too) before its prediction line, which
 records them relative to ``DIR`` (``"audio": "media/<id>.wav"``) with the ``avatar`` key.
-Animating implies speaking. Both flags are part of ``run.json``.
+The line also records the style vectors the model requested (``speech_style``, and
+``video_style`` when animating) and those the model's own generators measure on the
+files just written (``speech_style_realised``, ``video_style_realised``;
+:func:`response_styles`), for the style agreement of ``--multimodal``. Animating implies
+speaking. Both flags are part of ``run.json``.
+
+References written from a dataset carry ``video`` (absolute) when the example's gold
+response has a talking-head clip (:attr:`~empatheia.dialogue.Dialogue.response_video`:
+avatar JSONL ``response.video``; AvaMERG with ``--media-root``).
 """
 
 from __future__ import annotations
@@ -97,6 +110,11 @@ MEDIA_DIR = "media"
 RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False}
 """Settings a ``run.json`` written before they existed is read as having."""
 GROUP_FIELDS = ("age", "gender")
+STYLE_FIELDS = ("speech_style", "speech_style_realised", "video_style", "video_style_realised")
+"""Prediction fields holding a style vector: a non-empty list of finite numbers."""
+STYLE_DIGITS = 6
+"""Significant digits a style vector's values keep in a prediction line (float32 holds
+about 7; the agreement metrics do not need more)."""
 PROFILE_ROLE = "speaker"
 """Whose profile gives a reference's ``age`` and ``gender`` (see the module docstring)."""
 
@@ -110,6 +128,10 @@ PREDICTION_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "audio": ((str,), False),
     "video": ((str,), False),
     "avatar": ((str,), False),
+    "speech_style": ((list,), False),
+    "speech_style_realised": ((list,), False),
+    "video_style": ((list,), False),
+    "video_style_realised": ((list,), False),
 }
 REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "id": ((str,), True),
@@ -119,6 +141,7 @@ REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "age": ((str,), False),
     "gender": ((str,), False),
     "history": ((list,), False),
+    "video": ((str,), False),
 }
 
 
@@ -189,6 +212,15 @@ def validate_record(
         for label, value in probabilities.items():
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise DataError(f"should be a number, got {value!r:.40}", file=file, record=where, field=f"emotion_probabilities.{label}")
+    for name in STYLE_FIELDS:
+        vector = record.get(name) if name in spec else None
+        if vector is None:
+            continue
+        if not vector:
+            raise DataError("is empty (a style vector needs at least one value)", file=file, record=where, field=name)
+        for position, value in enumerate(vector):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise DataError(f"should be a finite number, got {value!r:.40}", file=file, record=where, field=f"{name}[{position}]")
     return record
 
 
@@ -411,6 +443,7 @@ def score(
     media_dir: Optional[PathLike] = None,
     multimodal_models: Optional[Any] = None,
     progress: bool = False,
+    reference_media_dir: Optional[PathLike] = None,
 ) -> Dict[str, Any]:
     """Score predictions against references (records as in the module docstring).
 
@@ -434,7 +467,9 @@ def score(
       :func:`empatheia.evaluation.multimodal.score_multimodal`, media paths read
       relative to ``media_dir`` (default: the predictions file's folder, else the working
       directory), with ``multimodal_models`` (default: the packaged models) and a
-      progress bar if ``progress``;
+      progress bar if ``progress``; the references' ``video`` clips (for SSIM) are read
+      relative to ``reference_media_dir`` (default: the references file's folder, else the
+      working directory);
     * ``missing``: ``without_reference`` and ``without_prediction`` ids (with
       ``allow_missing``); ``implementations``: which module computed each metric.
 
@@ -514,9 +549,12 @@ def score(
 
         if media_dir is None and predictions_file is not None:
             media_dir = Path(predictions_file).parent
+        if reference_media_dir is None and references_file is not None:
+            reference_media_dir = Path(references_file).parent
         blocks = score_multimodal(
             [p for p, _ in pairs], gold, predicted, base_dir=media_dir, predictions_file=predictions_file,
-            models=multimodal_models, progress=progress,
+            models=multimodal_models, progress=progress, references=[r for _, r in pairs],
+            references_dir=reference_media_dir, references_file=references_file,
         )
         metrics.update(_json_ready(blocks))
         implementations["multimodal"] = f"{__package__}.multimodal"
@@ -615,9 +653,11 @@ def write_metrics(metrics: Mapping[str, Any], out_dir: PathLike) -> Path:
 # ====================================================================== running a model
 def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets, file: Optional[PathLike] = None) -> List[Record]:
     """Reference records of dataset examples: ``id``, ``response``, ``emotion`` (the folded
-    class), ``emotion_label`` (the raw label), ``history`` (the turns' texts) and the
-    :data:`PROFILE_ROLE`'s ``age`` and ``gender``. An example without id, gold response or emotion, or a repeated id, is a
-    :class:`DataError`."""
+    class), ``emotion_label`` (the raw label), ``history`` (the turns' texts), the
+    :data:`PROFILE_ROLE`'s ``age`` and ``gender``, and ``video`` (the gold response's
+    talking-head clip as an absolute path, so the references file can be written
+    anywhere) when the example has one. An example without id, gold response or emotion,
+    or a repeated id, is a :class:`DataError`."""
     records, seen = [], set()
     for dialogue in dialogues:
         where = dialogue.id or "?"
@@ -641,14 +681,20 @@ def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets
         for attribute in GROUP_FIELDS:
             value = profile.get(attribute)
             record[attribute] = _group_value(value, attribute, labels) if isinstance(value, str) else None
+        video = getattr(dialogue, "response_video", None)
+        if isinstance(video, (str, Path)) and str(video):
+            record["video"] = str(Path(video).resolve())
         records.append(record)
     return records
 
 
-def prediction_record(dialogue: "Dialogue", response: Any, media: Optional[Mapping[str, str]] = None) -> Record:
+def prediction_record(
+    dialogue: "Dialogue", response: Any, media: Optional[Mapping[str, str]] = None, styles: Optional[Mapping[str, Any]] = None
+) -> Record:
     """The predictions-file line of one :class:`~empatheia.response.EmpatheticResponse`;
-    ``media`` (``audio``, ``video``, ``avatar``; from :func:`write_response_media`) is
-    added as it is."""
+    ``media`` (``audio``, ``video``, ``avatar``; from :func:`write_response_media`) and
+    ``styles`` (requested and realised style vectors; from :func:`response_styles`) are
+    added as they are."""
     record: Record = {
         "id": dialogue.id,
         "text": response.text or "",
@@ -657,7 +703,44 @@ def prediction_record(dialogue: "Dialogue", response: Any, media: Optional[Mappi
         "emotion_probabilities": response.emotion.probabilities,
     }
     record.update(media or {})
+    record.update(styles or {})
     return record
+
+
+def style_values(vector: Any) -> List[float]:
+    """A style vector (tensor, array or list) as the list of floats a prediction line
+    stores, each rounded to :data:`STYLE_DIGITS` significant digits."""
+    import torch
+
+    values = torch.as_tensor(vector).detach().to(torch.float64).cpu().reshape(-1).tolist()
+    return [float(f"{value:.{STYLE_DIGITS}g}") for value in values]
+
+
+def response_styles(
+    generators: Tuple[Any, Any], out_dir: PathLike, responses: Sequence[Any], media: Sequence[Optional[Mapping[str, str]]]
+) -> List[Dict[str, List[float]]]:
+    """The style fields of a batch's prediction lines: for each response whose ``audio``
+    (``video``) file was written, ``speech_style`` (``video_style``): the S^s (S^v) the
+    model requested, and ``speech_style_realised`` (``video_style_realised``): what the
+    speech (talking-head) generator's ``style_features`` measures on that file.
+
+    ``generators`` is the model's ``(speech, talking_head)`` (:meth:`Empatheia.generators`),
+    the ones that rendered the files; ``media`` holds each response's fields from
+    :func:`write_response_media` (paths relative to ``out_dir``). Each generator measures
+    the whole batch in one ``style_features`` call."""
+    out: List[Dict[str, List[float]]] = [{} for _ in responses]
+    for generator, kind, name in ((generators[0], "audio", "speech_style"), (generators[1], "video", "video_style")):
+        items = [i for i, fields in enumerate(media)
+                 if fields and fields.get(kind) and getattr(responses[i], name, None) is not None]
+        if not items:
+            continue
+        realised = generator.style_features([Path(out_dir) / media[i][kind] for i in items])
+        if len(realised) != len(items):
+            raise RuntimeError(f"{type(generator).__name__}.style_features gave {len(realised)} styles for {len(items)} files")
+        for i, value in zip(items, realised):
+            out[i][name] = style_values(getattr(responses[i], name))
+            out[i][f"{name}_realised"] = style_values(value)
+    return out
 
 
 def media_stem(prediction_id: str, limit: int = 80) -> str:
@@ -787,7 +870,10 @@ def run_model(
 
     ``speak`` / ``animate`` (animating implies speaking) also render each response; its
     files are written (:func:`write_response_media`) before its line, whose ``audio``,
-    ``video`` and ``avatar`` name them. Both flags go into ``run.json`` with the rest.
+    ``video`` and ``avatar`` name them, and whose ``speech_style``/``video_style`` and
+    ``*_realised`` give the requested styles and those the model's generators measure on
+    the written files (:func:`response_styles`, one ``style_features`` call per generator
+    and batch). Both flags go into ``run.json`` with the rest.
     """
     from tqdm.auto import tqdm
 
@@ -810,10 +896,15 @@ def run_model(
             for start in range(0, len(todo), batch_size):
                 batch = list(todo[start : start + batch_size])
                 responses = model.respond(batch, max_new_tokens=max_new_tokens, speak=speak, animate=animate)
-                lines = []
-                for dialogue, response in zip(batch, responses):
-                    media = write_response_media(out_dir, dialogue.id, response) if speak else None
-                    lines.append(json.dumps(prediction_record(dialogue, response, media), ensure_ascii=False) + "\n")
+                media: List[Optional[Dict[str, str]]] = [None] * len(batch)
+                styles: List[Optional[Dict[str, List[float]]]] = [None] * len(batch)
+                if speak:
+                    media = [write_response_media(out_dir, d.id, r) for d, r in zip(batch, responses)]
+                    styles = list(response_styles(model.generators(), out_dir, responses, media))
+                lines = [
+                    json.dumps(prediction_record(dialogue, response, fields, style), ensure_ascii=False) + "\n"
+                    for dialogue, response, fields, style in zip(batch, responses, media, styles)
+                ]
                 handle.write("".join(lines))
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -157,24 +157,54 @@ def ssim(
     return value.mean(dim=(-2, -1)).numpy()
 
 
+def match_frame_rate(frames: np.ndarray, fps: float, target_fps: float) -> np.ndarray:
+    """``frames`` taken at ``fps`` resampled to ``target_fps`` by nearest frame in time.
+
+    Output frame ``k`` (at ``t = k / target_fps``) is input frame
+    ``floor(t * fps + 1/2)``; output frames run while that index is inside the clip, so
+    the output covers the same span. Equal rates (within 1e-6 relative) return the
+    frames as they are.
+    """
+    if fps <= 0 or target_fps <= 0:
+        raise ValueError(f"frame rates must be positive, got {fps} and {target_fps}")
+    if abs(fps - target_fps) <= 1e-6 * target_fps:
+        return frames
+    index = np.floor(np.arange(int(np.ceil(frames.shape[0] * target_fps / fps)) + 1) * fps / target_fps + 0.5).astype(np.int64)
+    return frames[index[index < frames.shape[0]]]
+
+
+SSIM_CHUNK_FRAMES = 32
+"""Frame pairs :func:`video_ssim` scores at a time (bounds its memory on long clips)."""
+
+
 def video_ssim(generated: FramesLike, reference: FramesLike, **kwargs) -> float:
     """Mean SSIM of a generated clip against the reference clip, frame by frame.
 
-    The first ``min(F_gen, F_ref)`` frames are paired (both clips at the same rate,
-    starting together); generated frames of another size are resized to the reference's
-    (bilinear, antialiased). ``kwargs`` go to :func:`ssim`.
+    Frames are paired in time, both clips starting together: a generated clip at another
+    frame rate than the reference is first resampled to the reference's rate
+    (:func:`match_frame_rate`, nearest frame; arrays and tensors count as 25 fps). Then
+    the first ``min(F_gen, F_ref)`` frames are paired -- the common length, so frames
+    past the end of the shorter clip are not scored -- and generated frames of another
+    size are resized to the reference's (bilinear, antialiased; the aspect ratio is not
+    kept). The result is the mean of the per-pair :func:`ssim` values (computed
+    :data:`SSIM_CHUNK_FRAMES` pairs at a time). ``kwargs`` go to :func:`ssim`.
     """
-    gen, _ = read_frames(generated)
-    ref, _ = read_frames(reference)
+    gen, gen_fps = read_frames(generated)
+    ref, ref_fps = read_frames(reference)
+    gen = match_frame_rate(gen, gen_fps, ref_fps)
     count = min(gen.shape[0], ref.shape[0])
-    gen, ref = gen[:count], ref[:count]
-    gen_luma, ref_luma = _luma(gen), _luma(ref)
-    if gen_luma.shape[1:] != ref_luma.shape[1:]:
-        resized = F.interpolate(
-            torch.from_numpy(gen_luma)[:, None], size=ref_luma.shape[1:], mode="bilinear", align_corners=False, antialias=True
-        )
-        gen_luma = resized[:, 0].numpy()
-    return float(ssim(gen_luma, ref_luma, **kwargs).mean())
+    values = []
+    for start in range(0, count, SSIM_CHUNK_FRAMES):
+        stop = min(start + SSIM_CHUNK_FRAMES, count)
+        gen_luma, ref_luma = _luma(gen[start:stop]), _luma(ref[start:stop])
+        if gen_luma.shape[1:] != ref_luma.shape[1:]:
+            resized = F.interpolate(
+                torch.from_numpy(gen_luma)[:, None], size=ref_luma.shape[1:], mode="bilinear", align_corners=False,
+                antialias=True,
+            )
+            gen_luma = resized[:, 0].numpy()
+        values.append(ssim(gen_luma, ref_luma, **kwargs))
+    return float(np.concatenate(values).mean())
 
 
 # --------------------------------------------------------------------- CPBD
