@@ -113,7 +113,11 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     model.load_trained_state_dict(half, source="exported")
     for key, value in model.trained_state_dict().items():
         torch.testing.assert_close(value, full[key], rtol=1e-3, atol=1e-3)
-    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == ["stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint"]
+    assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [
+        "stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "summary.md"]
+    summary = (tmp_path / "metrics" / "summary.md").read_text().splitlines()
+    stage4 = [json.loads(r) for r in (final.parent / "metrics.jsonl").read_text().splitlines()]
+    assert len(summary) == 6 and summary[-1].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
     assert (tmp_path / "metrics" / "stage4_joint" / "metrics.jsonl").read_text() == (final.parent / "metrics.jsonl").read_text()
     split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
     assert (split["train"], split["eval"]) == (10, 2)

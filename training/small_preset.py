@@ -12,7 +12,8 @@
 6. With ``--export-weights DIR``: the trained parts of ``OUT/stage4_joint/final`` in
    half precision into ``DIR/empatheia.safetensors`` (``empatheia/weights/small`` is where
    :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
-   ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/``.
+   ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
+   in ``DIR/summary.md``.
 
 Every stage runs the repository's recipe with its stage config and the overrides in
 :data:`SETTINGS`; a stage whose ``final/`` exists is skipped, and an interrupted one
@@ -97,14 +98,34 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     return target
 
 
-def export_metrics(stage_dir: Path, folder: Path) -> None:
-    """A stage's ``metrics.jsonl`` and ``train_config.yaml`` (what reproduces and shows
-    its training) into ``folder``."""
+def export_metrics(stage_dirs: Dict[str, Path], folder: Path) -> Path:
+    """Each stage's ``metrics.jsonl`` and ``train_config.yaml`` (what reproduces and shows
+    its training) into ``folder/<stage>/``, and ``folder/summary.md``: a table of steps,
+    examples seen and the training loss (first logged value, mean of the last five) with
+    the loss terms at the end."""
     import shutil
 
-    folder.mkdir(parents=True, exist_ok=True)
-    for name in ("metrics.jsonl", "train_config.yaml"):
-        shutil.copyfile(stage_dir / name, folder / name)
+    lines = [
+        "| stage | steps | examples | loss, first log | loss, mean of last 5 logs | terms at the end |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name, stage_dir in stage_dirs.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for file in ("metrics.jsonl", "train_config.yaml"):
+            shutil.copyfile(stage_dir / file, folder / name / file)
+        rows = [json.loads(line) for line in (stage_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        train = [r for r in rows if r.get("split") == "train"]
+        if not train:
+            raise ValueError(f"{stage_dir / 'metrics.jsonl'}: no training rows")
+        last = train[-1]
+        tail = [r["loss"] for r in train[-5:]]
+        terms = ", ".join(f"{k} {v:.4g}" for k, v in last.items() if k.startswith(("loss_", "kl_")))
+        lines.append(
+            f"| {name} | {last['step']} | {last['examples']} | {train[0]['loss']:.4f} | {sum(tail) / len(tail):.4f} | {terms} |"
+        )
+    summary = folder / "summary.md"
+    summary.write_text("\n".join(lines) + "\n")
+    return summary
 
 
 def main(argv=None) -> None:
@@ -112,8 +133,8 @@ def main(argv=None) -> None:
     parser.add_argument("--ed", type=Path, required=True, help="EmpatheticDialogues conversations JSONL")
     parser.add_argument("--out", type=Path, default=Path("runs/small"))
     parser.add_argument("--stage1-steps", type=int, default=320, help="about one epoch of the split at 16 a step")
-    parser.add_argument("--render", type=int, default=400, help="training conversations to speak and animate")
-    parser.add_argument("--media-steps", type=int, default=150, help="optimizer steps of stages 2, 3 and 4 each")
+    parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
+    parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--stages", default="1,2,3,4")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
@@ -149,9 +170,8 @@ def main(argv=None) -> None:
     if args.export_weights:
         print(f"[small] weights: {export_weights(previous / 'final', args.export_weights)}")
     if args.export_metrics:
-        for stage in RECIPES.values():
-            export_metrics(args.out / stage, args.export_metrics / stage)
-        print(f"[small] metrics: {args.export_metrics}")
+        summary = export_metrics({stage: args.out / stage for stage in RECIPES.values()}, args.export_metrics)
+        print(f"[small] metrics: {summary}")
 
 
 if __name__ == "__main__":
