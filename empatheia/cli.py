@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turn", type=int, default=-1, help="index into the conversation's turns (default: last)")
     p.add_argument("--media-root", type=Path, help="folder of dia{id}utt{index}_{avatar}.wav/.mp4 files")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", choices=["tiny", "small", "paper"], default="tiny")
+    source.add_argument("--preset", choices=["tiny", "small", "paper"], default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
     source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
