@@ -324,3 +324,25 @@ def test_polarity_needs_the_dialogue_history(tmp_path, pair):
     polarity = json.loads((tmp_path / "o" / "metrics.json").read_text())["polarity"]
     assert set(polarity) == {"emotion", "sentiment", "empathy"}
     assert polarity["empathy"] == pytest.approx((polarity["emotion"] + polarity["sentiment"]) / 2)
+
+
+def test_references_raw_labels_score_under_another_label_set():
+    """With ``emotion_label`` the gold class follows the label sets in use: the same
+    references give 7-class accuracy by default and ED's 32 labels with ed32.yaml."""
+    ed32 = LabelSets.from_yaml(Path(__file__).resolve().parents[1] / "configs" / "labels" / "ed32.yaml")
+    assert len(ed32.emotions) == 32
+    references = [
+        {"id": "a", "response": "Well done!", "emotion": "happy", "emotion_label": "proud"},
+        {"id": "b", "response": "Oh no.", "emotion": "sad", "emotion_label": "lonely"},
+        {"id": "c", "response": "Yikes.", "emotion": "fear"},  # no raw label: its emotion counts
+    ]
+    predictions = [
+        {"id": "a", "text": "Great job", "emotion": "happy", "chain_emotion": "grateful"},  # right class, wrong label
+        {"id": "b", "text": "I am sorry", "emotion": "sad", "chain_emotion": "lonely"},
+        {"id": "c", "text": "Scary", "emotion": "fear", "chain_emotion": "fear"},
+    ]
+    seven = score(predictions, references)
+    assert seven["emotion_accuracy"] == 1.0 and seven["chain_emotion_accuracy"] == 1.0
+    fine = score(predictions, references, labels=ed32)
+    # a: proud vs grateful (wrong); b: lonely (right); c: "fear" is no ED label, compared as written (right).
+    assert fine["chain_emotion_accuracy"] == pytest.approx(2 / 3)

@@ -27,7 +27,10 @@ in both are scored and the rest are listed under ``missing`` in the metrics.
 Emotions are compared as classes: both sides go through the label sets' fold (AvaMERG's
 by default, so ``"anxious"`` and ``"fear"`` match); a label the fold does not know is
 compared as written (lower case, normalised spacing), so a dataset with its own classes
-still scores.
+still scores. A reference's gold class is its ``emotion_label`` folded when it has one,
+else its ``emotion``: references written for one label set can then be scored under
+another (e.g. EmpatheticDialogues' 32 labels, ``configs/labels/ed32.yaml``, against the
+Chain of Empathy's ``chain_emotion``).
 
 Age and gender
 --------------
@@ -483,7 +486,7 @@ def score(
     pairs = alignment.pairs
     hypotheses = [p["text"] for p, _ in pairs]
     gold_texts = [r["response"] for _, r in pairs]
-    gold = [emotion_class(r["emotion"], labels) for _, r in pairs]
+    gold = [emotion_class(r.get("emotion_label") or r["emotion"], labels) for _, r in pairs]
     predicted = [emotion_class(p["emotion"], labels) for p, _ in pairs]
     implementations: Dict[str, str] = {}
 
