@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 import torch
 
 from empatheia.cli import main
@@ -72,9 +74,31 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     assert first.turns[0].audio.stat().st_mtime_ns == stamp
 
 
-def test_the_example_dialogues_come_with_their_media():
-    from pathlib import Path
+def test_a_render_stopped_mid_write_leaves_no_clip_a_resumed_run_would_keep(tmp_path, monkeypatch):
+    """A kill while a clip is written must not leave a partial file under the clip's name:
+    the resumed run would keep it and training would fail on it later."""
+    from empatheia import media
+    from empatheia.media import load_video_frames
 
+    source = _write(tmp_path / "ed.jsonl", CONVERSATIONS[:1])
+    real_write_mp4 = media.write_mp4
+
+    def dies_mid_write(path, *args, **kwargs):
+        Path(path).write_bytes(b"\x00\x00\x00\x18ftypisom")  # what a killed writer leaves
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(media, "write_mp4", dies_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        render_ed_conversations(source, tmp_path / "rendered", progress=False)
+    clips = tmp_path / "rendered" / "clips"
+    assert not list(clips.rglob("utt*.mp4")) and not list(clips.rglob("utt*.wav"))
+
+    monkeypatch.setattr(media, "write_mp4", real_write_mp4)
+    corpus = read_dataset(render_ed_conversations(source, tmp_path / "rendered", progress=False))
+    assert load_video_frames(corpus[0].turns[0].video).shape[0] > 0
+
+
+def test_the_example_dialogues_come_with_their_media():
     from empatheia.data.check import check_dataset
 
     examples = Path(__file__).resolve().parents[1] / "examples"

@@ -12,7 +12,6 @@ import json
 import math
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -54,9 +53,7 @@ def small_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_model(small_cache):
-    started = time.perf_counter()
     model = Empatheia.from_preset("small")
-    model.build_seconds = time.perf_counter() - started
     model.eval()
     return model
 
@@ -148,10 +145,7 @@ def test_second_build_reuses_the_cache(small_model, small_cache, monkeypatch):
         raise AssertionError("the GGUF file was converted again")
 
     monkeypatch.setattr(lm_module, "_convert_gguf", no_conversion)
-    started = time.perf_counter()
     again = Empatheia.from_preset("small")
-    seconds = time.perf_counter() - started
-    assert seconds < max(10.0, small_model.build_seconds), seconds
     assert _cache_entries(small_cache) == [entry]  # no second entry, no staging folder left
     assert (entry / CONVERSION_RECORD).stat().st_mtime_ns == written
     base, other = small_model._hf_model(), again._hf_model()
@@ -198,9 +192,7 @@ def test_chat_template_prompt_and_single_special_tokens(small_model):
 
 def test_respond_writes_english_without_special_tokens(small_model):
     dialogue = make_dialogue(2)  # with audio and video: both encoders run
-    started = time.perf_counter()
     response = small_model.respond(dialogue, max_new_tokens=32)
-    seconds = time.perf_counter() - started
     assert isinstance(response.text, str) and response.text.strip(), response.generated_text
     assert len(re.findall(r"[A-Za-z]{2,}", response.text)) >= 3, response.text
     specials = set(small_model.tokenizer.all_special_tokens) | {"<Aud>", "<Vid>", "<AUD", "<VID", "<|im_"}
@@ -209,7 +201,6 @@ def test_respond_writes_english_without_special_tokens(small_model):
         assert not leaked, f"{leaked} in {text!r}"
     assert response.speech_content.shape[1] == 64 and response.speech_style.shape == (16,)
     assert response.video_content.shape[1] == 32 and response.video_style.shape == (16,)
-    assert seconds < 60, seconds
 
 
 # ---------------------------------------------------------------------- speech encoder

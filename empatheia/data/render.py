@@ -190,8 +190,13 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
         if not (stem.with_suffix(".mp4").is_file() and stem.with_suffix(".wav").is_file()):
             wave = speech.synthesize(text, None, speech_style(shown, intensity, settings.speech_style_dim), avatar)
             video = head.animate(wave, None, video_style(shown, intensity, settings.video_style_dim), avatar.portrait)
-            write_wav(stem.with_suffix(".wav"), wave.samples, wave.sample_rate)
-            write_mp4(stem.with_suffix(".mp4"), video.frames, video.fps, wave.samples, wave.sample_rate)
+            # Written under temporary names and renamed, so a run killed mid-write leaves
+            # no half file that a resumed run would take for a finished clip.
+            audio_tmp, video_tmp = folder / f".utt{index}.tmp.wav", folder / f".utt{index}.tmp.mp4"
+            write_wav(audio_tmp, wave.samples, wave.sample_rate)
+            write_mp4(video_tmp, video.frames, video.fps, wave.samples, wave.sample_rate)
+            os.replace(audio_tmp, stem.with_suffix(".wav"))
+            os.replace(video_tmp, stem.with_suffix(".mp4"))
         relative = stem.relative_to(out_dir)
         turns.append({"role": role, "text": text, "audio": f"{relative}.wav", "video": f"{relative}.mp4"})
     examples = []
