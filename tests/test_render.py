@@ -123,15 +123,17 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     source = _write(tmp_path / "ed.jsonl", records)
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
                        "--render", "3", "--media-steps", "2", "--workers", "1",
-                       "--export-weights", str(tmp_path / "weights"), "--export-metrics", str(tmp_path / "metrics")])
+                       "--export-weights", str(tmp_path / "weights"), "--export-stage", "3",
+                       "--export-metrics", str(tmp_path / "metrics")])
     final = tmp_path / "run" / "stage4_joint" / "final"
     assert (final / "empatheia.safetensors").is_file()
-    # The exported weights are the final ones in half precision, and load into the preset.
+    # The exported weights are stage 3's final ones in half precision, and load into the preset.
     from safetensors.torch import load_file
 
     from empatheia import Empatheia
 
-    full, half = load_file(str(final / "empatheia.safetensors")), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
+    stage3 = tmp_path / "run" / "stage3_sac" / "final" / "empatheia.safetensors"
+    full, half = load_file(str(stage3)), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
     assert full.keys() == half.keys() and all(half[k].dtype == torch.float16 for k in half if full[k].is_floating_point())
     model = Empatheia.from_preset("tiny", trained=False)
     model.load_trained_state_dict(half, source="exported")

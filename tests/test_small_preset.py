@@ -203,6 +203,28 @@ def test_respond_writes_english_without_special_tokens(small_model):
     assert response.video_content.shape[1] == 32 and response.video_style.shape == (16,)
 
 
+def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_model):
+    """What `make demo` shows: the trained weights in empatheia/weights/small answer the
+    first example (a speaker whose long project was cancelled) with a parsed Chain of
+    Empathy whose emotion is of the sad class, and an English reply without special or
+    signal tokens. Greedy decoding, so the answer is reproducible."""
+    from empatheia import Dialogue
+    from empatheia.data.emotions import fold_emotion
+    from empatheia.modeling import shipped_weights
+
+    assert shipped_weights("small") is not None
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    conversation = json.loads((examples / "dialogues.json").read_text())[0]
+    response = small_model.respond(Dialogue.from_avamerg(conversation))
+    assert response.chain.parsed, response.generated_text
+    assert response.chain.event_scenario and "project" in response.chain.event_scenario.lower()
+    assert fold_emotion(response.chain.speaker_emotion) == "sad", response.chain.speaker_emotion
+    words = re.findall(r"[A-Za-z']+", response.text)
+    assert len(words) >= 4 and response.text.isascii(), response.text
+    specials = set(small_model.tokenizer.all_special_tokens) | {"<Aud>", "<Vid>", "<AUD", "<VID", "<|im_"}
+    assert not [s for s in specials if s and s in response.generated_text], response.generated_text
+
+
 # ---------------------------------------------------------------------- speech encoder
 def _batch(waves):
     lengths = torch.tensor([len(w) for w in waves])

@@ -9,9 +9,9 @@
    animated by the offline generators, each utterance in its emotion's style.
 4. Gold features of those renderings from the same generators.
 5. Stages 2, 3 and 4 on the rendered set, each starting from the previous stage.
-6. With ``--export-weights DIR``: the trained parts of ``OUT/stage4_joint/final`` in
-   half precision into ``DIR/empatheia.safetensors`` (``empatheia/weights/small`` is where
-   :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
+6. With ``--export-weights DIR``: the trained parts of ``OUT/stage4_joint/final`` (or of
+   stage ``--export-stage``'s) in half precision into ``DIR/empatheia.safetensors``
+   (``empatheia/weights/small`` is where :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
    in ``DIR/summary.md``.
 
@@ -139,6 +139,8 @@ def main(argv=None) -> None:
     parser.add_argument("--stages", default="1,2,3,4")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
+    parser.add_argument("--export-stage", type=int, choices=sorted(RECIPES), default=4,
+                        help="whose final/ --export-weights writes (default 4, the end of the curriculum)")
     parser.add_argument("--export-metrics", type=Path, help="copy each stage's metrics.jsonl and train_config.yaml here")
     args = parser.parse_args(argv)
     stages = {int(s) for s in args.stages.split(",")}
@@ -168,7 +170,8 @@ def main(argv=None) -> None:
             previous = args.out / RECIPES[stage]
     print(f"[small] done: {previous / 'final'}")
     if args.export_weights:
-        print(f"[small] weights: {export_weights(previous / 'final', args.export_weights)}")
+        final = args.out / RECIPES[args.export_stage] / "final"
+        print(f"[small] weights of stage {args.export_stage}: {export_weights(final, args.export_weights)}")
     if args.export_metrics:
         summary = export_metrics({stage: args.out / stage for stage in RECIPES.values()}, args.export_metrics)
         print(f"[small] metrics: {summary}")
