@@ -41,7 +41,7 @@ class PromptMode(str, Enum):
     """Which input layout of Appendix D.1 a prompt uses."""
 
     TEXT = "text"
-    """Stages 1-2: turn texts only, Chain-of-Empathy target."""
+    """Stages 1-2: turn texts only, Chain-of-Empathy + response + signal-token target."""
     STYLE = "style"
     """Stage 3: each turn is only its ``<Aud> <Vid>`` placeholders, signal-token target."""
     FULL = "full"

@@ -168,7 +168,7 @@ def test_stage_batch_decodes_to_its_layout_and_unmasks_exactly_the_target(model,
             assert all(h["utterance"] not in prompt for h in history)
             assert prompt.count("<Vid><Vid>") == len(history)
         else:
-            assert target == expected_target(turn, signals=stage == 4) + "</s>"
+            assert target == expected_target(turn, signals=True) + "</s>"  # every target ends with the signals
             assert all(f"{h['role'].title()}: {h['utterance']}" in prompt for h in history)
             assert ("<Aud>" in prompt) == (stage == 4)
             assert turn["response"] not in prompt
@@ -215,7 +215,7 @@ def test_ed_conversations_train_stage_one_without_invented_chain_steps(model):
     assert target == (
         f"Firstly, the event scenario of this conversation is: {first.context.strip()}\n"
         f"Secondly, the emotion of the speaker is: terrified\n"
-        f"Finally, the response is: {first.response}</s>"
+        f"Finally, the response is: {first.response}\n{SIGNALS}</s>"
     )
     assert "emotion cause" not in target and "goal to response" not in target
 
@@ -231,7 +231,7 @@ def test_long_dialogue_drops_oldest_turns_and_never_cuts_the_target(model):
     example = dataset[0].encoded
     assert 0 < example.first_turn < len(longest.turns) - 1 and len(example.input_ids) <= budget
     target = model.tokenizer.decode(example.input_ids[example.labels != IGNORE_INDEX])
-    assert target.endswith(longest.response + "</s>")
+    assert target.endswith(longest.response + "\n" + SIGNALS + "</s>")
     prompt = model.tokenizer.decode(example.input_ids[example.labels == IGNORE_INDEX])
     assert longest.turns[-1].text in prompt and longest.turns[0].text not in prompt
     model.config.language_model.max_length = last_only
