@@ -28,12 +28,13 @@ CONFIG_NAME = "config.yaml"
 WEIGHTS_NAME = "empatheia.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
-# Parameter groups each stage trains (§5): everything else is frozen.
+# Parameter groups each stage trains (§5): everything else is frozen. The projectors train
+# in stage 4, the first stage whose prompts carry speech and video (stage 1 reads text).
 STAGE_GROUPS = {
-    1: ("lora", "signal_rows", "projectors"),
+    1: ("lora", "signal_rows"),
     2: ("content_synchronizer",),
     3: ("style_disentangler",),
-    4: ("lora", "signal_rows", "content_synchronizer", "style_disentangler"),
+    4: ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler"),
 }
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
 
@@ -144,9 +145,9 @@ class Empatheia(nn.Module):
         return groups
 
     def set_stage(self, stage: int) -> "Empatheia":
-        """Make exactly the parameters of ``stage`` trainable (§5): 1 LoRA, signal-token
-        rows and projectors; 2 the Content Synchronizer; 3 the Style Disentangler and its
-        classifiers; 4 LoRA, signal-token rows and both heads."""
+        """Make exactly the parameters of ``stage`` trainable (§5): 1 LoRA and signal-token
+        rows; 2 the Content Synchronizer; 3 the Style Disentangler and its classifiers;
+        4 LoRA, signal-token rows, the projectors and both heads."""
         if stage not in STAGE_GROUPS:
             raise ValueError(f"stage must be 1, 2, 3 or 4, got {stage!r}")
         trainable = STAGE_GROUPS[stage]
