@@ -134,7 +134,11 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
 
     stage3 = tmp_path / "run" / "stage3_sac" / "final" / "empatheia.safetensors"
     full, half = load_file(str(stage3)), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
-    assert full.keys() == half.keys() and all(half[k].dtype == torch.float16 for k in half if full[k].is_floating_point())
+    assert full.keys() == half.keys()
+    assert all(torch.equal(half[k], full[k].half() if full[k].is_floating_point() else full[k]) for k in full)
+    # ... and not stage 4's, which trained further (so --export-stage chose).
+    stage4 = load_file(str(final / "empatheia.safetensors"))
+    assert any(not torch.equal(half[k], stage4[k].half()) for k in stage4 if stage4[k].is_floating_point())
     model = Empatheia.from_preset("tiny", trained=False)
     model.load_trained_state_dict(half, source="exported")
     for key, value in model.trained_state_dict().items():
