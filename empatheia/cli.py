@@ -89,7 +89,8 @@ def respond(args: argparse.Namespace) -> int:
     response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
     out = response.save(args.out, dialogue)
     progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
-    print(json.dumps({"text": response.text, "emotion": response.emotion.label}, ensure_ascii=False))
+    print(json.dumps({"text": response.text, "chain_emotion": response.chain.speaker_emotion,
+                      "emotion": response.emotion.label}, ensure_ascii=False))
     return 0
 
 

@@ -101,6 +101,10 @@ class ProjectorConfig:
     """MLP from an encoder's width into the language model's width (LLaVA's mlp2x_gelu)."""
 
     num_layers: int = 2
+    # The last layer starts at zero so that media tokens enter the language model as
+    # null embeddings until the projector is trained: random projections derailed the
+    # greedy answers of a text-trained core (measured on `small`, docs/small_preset.md).
+    zero_init_output: bool = True
 
 
 @dataclass
@@ -139,6 +143,11 @@ class LanguageModelConfig:
     """Longest prompt + target, in tokens."""
     max_new_tokens: int = 256
     """Default generation budget of ``respond``."""
+    chain_emotions: Optional[List[str]] = None
+    """The labels the Chain of Empathy's emotion step was trained to write (e.g.
+    EmpatheticDialogues' 32). When set, ``respond`` reports their probabilities at that
+    step (``EmpatheticResponse.chain_emotion``): each label's first token, renormalised
+    over the labels, so the labels' first tokens must differ."""
     lora: LoraSettings = field(default_factory=LoraSettings)
 
 
@@ -514,6 +523,8 @@ def _small() -> EmpatheiaConfig:
     Piper voice (``generators.piper_speech``) and the avatar renderer
     (``generators.avatar_renderer``), at those generators' default widths.
     """
+    from .data.emotions import ED_EMOTIONS  # here: the data package imports this module
+
     return EmpatheiaConfig(
         speech_encoder=SpeechEncoderConfig(
             backend="whisper_ct2",
@@ -563,6 +574,8 @@ def _small() -> EmpatheiaConfig:
             # in 1024; longer costs CPU time quadratically in attention.
             max_length=1024,
             max_new_tokens=96,
+            # Stage 1 trains the chain on EmpatheticDialogues, whose emotions it writes.
+            chain_emotions=list(ED_EMOTIONS),
             lora=LoraSettings(r=16, alpha=32, dropout=0.05, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
         ),
         content_synchronizer=ContentSynchronizerConfig(

@@ -29,11 +29,11 @@ WEIGHTS_NAME = "empatheia.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
 # Parameter groups each stage trains (§5): everything else is frozen. The projectors train
-# in stage 4, the first stage whose prompts carry speech and video (stage 1 reads text).
+# from stage 3, the first stage whose prompts carry speech and video (stages 1-2 read text).
 STAGE_GROUPS = {
     1: ("lora", "signal_rows"),
     2: ("content_synchronizer",),
-    3: ("style_disentangler",),
+    3: ("projectors", "style_disentangler"),
     4: ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler"),
 }
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
@@ -76,13 +76,18 @@ class Empatheia(nn.Module):
             self.video_encoder = VideoEncoder(config.video_encoder)
             self.language_model = build_language_model(lm_config, self.tokenizer, self.token_ids, dtype)
             width = lm_config.hidden_size
-            self.speech_projector = Projector(self.speech_encoder.hidden_size, width, config.projector.num_layers)
-            self.video_projector = Projector(self.video_encoder.hidden_size, width, config.projector.num_layers)
+            self.speech_projector = Projector(self.speech_encoder.hidden_size, width, config.projector.num_layers,
+                                              config.projector.zero_init_output)
+            self.video_projector = Projector(self.video_encoder.hidden_size, width, config.projector.num_layers,
+                                             config.projector.zero_init_output)
             self.content_synchronizer = ContentSynchronizer(config.content_synchronizer, width)
             self.style_disentangler = StyleDisentangler(config.style_disentangler, width)
         self.processor = EmpatheiaProcessor(config, self.tokenizer, self.token_ids)
         self.register_buffer("_audio_signal_ids", torch.tensor(self.token_ids.audio_signals), persistent=False)
         self.register_buffer("_video_signal_ids", torch.tensor(self.token_ids.video_signals), persistent=False)
+        emotions = lm_config.chain_emotions
+        self.register_buffer("_chain_emotion_ids", chain_emotion_token_ids(self.tokenizer, emotions) if emotions else None,
+                             persistent=False)
         self.stage: Optional[int] = None
         # Generators and avatars are used by respond, not trained: a plain dict keeps
         # them out of parameters(), state_dict() and .to().
@@ -300,8 +305,11 @@ class Empatheia(nn.Module):
             raise ValueError(f"forward needs stage 1, 2, 3 or 4 (argument or set_stage), got {stage!r}")
         _require_keys(batch, stage)
         weights = self.config.loss
-        # Stages 2 and 3 keep the language model frozen: no graph through it.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and stage in (1, 4)):
+        # Stage 2 reads the frozen language model: no graph through it. Stage 3 keeps it
+        # frozen too (§5.3), but its prompts are media alone, so the gradient passes
+        # through it to the projectors: they have no pre-aligned weights (the paper's come
+        # from NExT-GPT), and this is the first stage in which the media say anything.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and stage != 2):
             hidden = self.hidden_states(batch)
         terms: Dict[str, torch.Tensor] = {}
         if stage in (1, 4):
@@ -389,7 +397,9 @@ class Empatheia(nn.Module):
         The language model writes the Chain of Empathy and the response; then the prompt,
         that text and the 32 signal tokens run through it once more in a single forward
         pass, whose hidden states feed the Content Synchronizer (response tokens) and the
-        Style Disentangler (signal tokens). ``speech_lengths``/``video_lengths`` give the
+        Style Disentangler (signal tokens), and, with ``language_model.chain_emotions``,
+        give ``response.chain_emotion`` (:meth:`chain_emotion_predictions`).
+        ``speech_lengths``/``video_lengths`` give the
         content lengths per dialogue (phonemes, frames); by default the speech generator
         gives the phoneme count when speaking, and both are otherwise estimated from the
         response's length.
@@ -500,9 +510,24 @@ class Empatheia(nn.Module):
         video_lengths = torch.as_tensor(video_lengths, device=device) if video_lengths is not None else est_video
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, video_lengths)
         style = self.style_disentangler(*self.signal_states(hidden, full_batch["input_ids"]))
-        return self._package(items, texts, parsed, content, style)
+        chain_emotions = self.chain_emotion_predictions(hidden, full_batch["emotion_slot"])
+        return self._package(items, texts, parsed, content, style, chain_emotions)
 
-    def _package(self, items, texts, parsed, content: ContentOutput, style: StyleOutput) -> List[EmpatheticResponse]:
+    def chain_emotion_predictions(self, hidden: torch.Tensor, slot: torch.Tensor) -> List[Optional[LabelPrediction]]:
+        """The Chain of Empathy's emotion as a distribution over
+        ``language_model.chain_emotions``: the language model's next-token probabilities
+        at each row's emotion slot ``(B, L)`` (hidden states ``(B, L, H)``), restricted to
+        the labels' first tokens and renormalised. ``None`` for a row without the step,
+        and for every row when no labels are configured."""
+        rows = slot.any(1).tolist()
+        if self._chain_emotion_ids is None or not any(rows):
+            return [None] * len(rows)
+        logits = self.language_model.get_output_embeddings()(hidden[slot])  # (R, V), R = rows with the step
+        predictions = iter(_predictions(logits[:, self._chain_emotion_ids], self.config.language_model.chain_emotions))
+        return [next(predictions) if has_step else None for has_step in rows]
+
+    def _package(self, items, texts, parsed, content: ContentOutput, style: StyleOutput,
+                 chain_emotions: Sequence[Optional[LabelPrediction]]) -> List[EmpatheticResponse]:
         sd = self.config.style_disentangler
         emotion = _predictions(style.emotion_logits, sd.emotion_labels)
         profiles = {name: _predictions(style.profile_logits[name], values) for name, values in sd.profile_labels.items()}
@@ -513,6 +538,7 @@ class Empatheia(nn.Module):
                     text=response,
                     chain=chain,
                     emotion=emotion[i],
+                    chain_emotion=chain_emotions[i],
                     profile={name: preds[i] for name, preds in profiles.items()},
                     speech_content=content.speech[i, content.speech_mask[i]].float().cpu(),
                     speech_style=style.speech_style[i].float().cpu(),
@@ -648,6 +674,22 @@ def _predictions(logits: torch.Tensor, labels: Sequence[str]) -> List[LabelPredi
         LabelPrediction(label=labels[int(row.argmax())], probabilities={l: round(float(p), 6) for l, p in zip(labels, row)})
         for row in probs
     ]
+
+
+def chain_emotion_token_ids(tokenizer, labels: Sequence[str]) -> torch.Tensor:
+    """``(K,)`` the first token of each label as the chain writes it (after ``": "``); a
+    ``ValueError`` names labels that share a first token, which could not be told apart."""
+    firsts = [tokenizer.encode(f" {label}", add_special_tokens=False)[0] for label in labels]
+    shared: Dict[int, List[str]] = {}
+    for label, token in zip(labels, firsts):
+        shared.setdefault(token, []).append(label)
+    clashes = [names for names in shared.values() if len(names) > 1]
+    if clashes:
+        raise ValueError(
+            f"language_model.chain_emotions: {clashes} share a first token in this tokenizer, so their "
+            "probabilities cannot be told apart; rename or drop them (or set chain_emotions to None)"
+        )
+    return torch.tensor(firsts, dtype=torch.long)
 
 
 def _to(batch: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:

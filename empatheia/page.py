@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
     from .dialogue import Dialogue
-    from .response import EmpatheticResponse
+    from .response import EmpatheticResponse, LabelPrediction
 
 _CHAIN_TITLES = (
     ("event_scenario", "Event scenario"),
@@ -28,6 +28,19 @@ dl.chain dt { font-weight: 600; margin-top: .4em; } dl.chain dd { margin: 0 0 0 
 table.probs td { padding: 1px 6px; } .bar { background: #6a9fd4; height: .8em; border-radius: 3px; }
 .top td { font-weight: 600; } video { width: 320px; border-radius: 8px; display: block; margin: .6em 0; }
 """
+
+
+_TOP = 8
+
+
+def _probability_table(prediction: "LabelPrediction", top: Optional[int] = None) -> str:
+    ranked = sorted(prediction.probabilities.items(), key=lambda item: -item[1])[:top]
+    rows = ["<table class=probs>"]
+    for label, p in ranked:
+        mark = " class=top" if label == prediction.label else ""
+        rows.append(f'<tr{mark}><td>{escape(label)}</td><td>{p:.1%}</td>'
+                    f'<td style="width:220px"><div class=bar style="width:{100 * p:.1f}%"></div></td></tr>')
+    return "\n".join(rows + ["</table>"])
 
 
 def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"] = None) -> str:
@@ -50,13 +63,16 @@ def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"]
     for field, title in _CHAIN_TITLES:
         value = getattr(response.chain, field, None)
         parts.append(f"<dt>{escape(title)}</dt><dd>{escape(value) if value else '<em>(not stated)</em>'}</dd>")
-    parts.append("</dl><h2>Predicted emotion</h2><table class=probs>")
-    ranked = sorted(response.emotion.probabilities.items(), key=lambda item: -item[1])
-    for label, p in ranked:
-        top = " class=top" if label == response.emotion.label else ""
-        parts.append(f'<tr{top}><td>{escape(label)}</td><td>{p:.1%}</td>'
-                     f'<td style="width:220px"><div class=bar style="width:{100 * p:.1f}%"></div></td></tr>')
-    parts.append("</table>")
+    parts.append("</dl>")
+    if response.chain_emotion is not None:
+        parts.append("<h2>Predicted emotion of the speaker</h2><p>As the Chain of Empathy weighs it "
+                     f"(the {min(_TOP, len(response.chain_emotion.probabilities))} most likely of "
+                     f"{len(response.chain_emotion.probabilities)} labels):</p>")
+        parts.append(_probability_table(response.chain_emotion, _TOP))
+        parts.append("<h2>Emotion of the answer's voice and face</h2><p>The Style Disentangler's class:</p>")
+    else:
+        parts.append("<h2>Predicted emotion</h2>")
+    parts.append(_probability_table(response.emotion))
     if response.profile:
         profile = ", ".join(f"{escape(name)}: {escape(p.label)}" for name, p in response.profile.items())
         parts.append(f"<p>Avatar profile read from the dialogue: {profile}</p>")

@@ -16,12 +16,21 @@ from .errors import DataError
 from .faces import FaceCropper
 from .language_model import SpecialTokenIds, audio_signal_tokens, video_signal_tokens
 from .media import frames_to_clip_input, load_audio, load_video_frames, prepare_waveform, sample_frames
-from .prompts import SYSTEM_PROMPT, ChainOfEmpathy, PromptMode, chain_text, context_lines, user_message
+from .prompts import (
+    CHAIN_STEPS,
+    SYSTEM_PROMPT,
+    ChainOfEmpathy,
+    PromptMode,
+    chain_text,
+    context_lines,
+    user_message,
+)
 
 if TYPE_CHECKING:
     from .data.cache import MediaFeatureCache
 
 IGNORE_INDEX = -100
+_EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
 
 
 @dataclass
@@ -56,6 +65,10 @@ class EncodedExample:
     """``(L,)``, ``-100`` everywhere but the target."""
     response_mask: torch.Tensor
     """``(L,)`` True on the response text's tokens."""
+    emotion_slot: torch.Tensor
+    """``(L,)`` True on the one token after which the Chain of Empathy's emotion is
+    written (its hidden state predicts the emotion's first token); all False when the
+    target has no emotion step."""
     response_chars: int
     first_turn: int
     """Index of the oldest turn kept after truncation."""
@@ -118,10 +131,14 @@ class EmpatheiaProcessor:
         return torch.repeat_interleave(ids, repeats)
 
     def _target_ids(self, target: Target, mode: PromptMode):
-        """Token ids of the target, with a mask of the response's tokens."""
-        text, start, end = "", 0, 0
+        """Token ids of the target, with masks of the response's tokens and of the
+        emotion slot (see :attr:`EncodedExample.emotion_slot`)."""
+        text, start, end, emotion_at = "", 0, 0, -1
         if mode is not PromptMode.STYLE:
             text = chain_text(target.chain)
+            if target.chain is not None and target.chain.speaker_emotion:
+                marker = f"{_EMOTION_STEP}:"
+                emotion_at = text.find(marker) + len(marker)
             start = len(text)
             text += (target.response or "").strip()
             end = len(text)
@@ -135,10 +152,17 @@ class EmpatheiaProcessor:
         ids = torch.tensor(encoded["input_ids"], dtype=torch.long)
         offsets = torch.tensor(encoded["offset_mapping"], dtype=torch.long).view(-1, 2)
         response = (offsets[:, 0] < end) & (offsets[:, 1] > start)
+        slot = torch.zeros_like(response)
+        if emotion_at > 0:
+            # The emotion's first token is the first to end past the step's colon; the
+            # token before it is the slot.
+            first = int((offsets[:, 1] > emotion_at).nonzero()[0])
+            slot[first - 1] = True
         if target.eos:
             ids = torch.cat([ids, torch.tensor([self.ids.eos])])
             response = torch.cat([response, torch.tensor([False])])
-        return ids, response, len((target.response or "").strip())
+            slot = torch.cat([slot, torch.tensor([False])])
+        return ids, response, slot, len((target.response or "").strip())
 
     # ------------------------------------------------------------------ examples
     def encode(
@@ -159,10 +183,10 @@ class EmpatheiaProcessor:
         encoder output is cached is not read at all."""
         max_length = self.config.language_model.max_length
         if target is not None:
-            target_ids, response_mask, response_chars = self._target_ids(target, mode)
+            target_ids, response_mask, emotion_slot, response_chars = self._target_ids(target, mode)
         else:
             target_ids = torch.zeros(0, dtype=torch.long)
-            response_mask = torch.zeros(0, dtype=torch.bool)
+            response_mask = emotion_slot = torch.zeros(0, dtype=torch.bool)
             response_chars = 0
         candidates = [first_turn] if first_turn is not None else range(len(dialogue.turns))
         for start in candidates:
@@ -189,6 +213,7 @@ class EmpatheiaProcessor:
             input_ids=torch.cat([prompt_ids, target_ids]),
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),
             response_mask=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), response_mask]),
+            emotion_slot=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), emotion_slot]),
             response_chars=response_chars,
             first_turn=start,
             audio=audio,
@@ -254,6 +279,7 @@ class EmpatheiaProcessor:
             "attention_mask": pad([torch.ones_like(i) for i in ids], 0),
             "labels": pad([e.labels for e in examples], IGNORE_INDEX),
             "response_mask": pad([e.response_mask for e in examples], False),
+            "emotion_slot": pad([e.emotion_slot for e in examples], False),
             "response_chars": torch.tensor([e.response_chars for e in examples]),
         }
         batch.update(_collate_media([a for e in examples for a in e.audio], "audio", "audio_lengths"))

@@ -39,6 +39,7 @@ class EmpatheticResponse:
     text: str
     chain: ChainOfEmpathy
     emotion: LabelPrediction
+    """The Style Disentangler's emotion class, which styles the voice and the face."""
     profile: Dict[str, LabelPrediction]
     speech_content: torch.Tensor
     speech_style: torch.Tensor
@@ -55,6 +56,9 @@ class EmpatheticResponse:
     uint8 at ``video.fps``."""
     avatar: Optional[str] = None
     """The key of the avatar that spoke."""
+    chain_emotion: Optional[LabelPrediction] = None
+    """The speaker's emotion as the Chain of Empathy weighs it: the probabilities of
+    ``language_model.chain_emotions`` at that step (``None`` without labels or step)."""
 
     def to_dict(self) -> dict:
         return {
@@ -62,6 +66,7 @@ class EmpatheticResponse:
             "text": self.text,
             "chain_of_empathy": self.chain.to_dict(),
             "emotion": self.emotion.to_dict(),
+            "chain_emotion": None if self.chain_emotion is None else self.chain_emotion.to_dict(),
             "profile": {name: p.to_dict() for name, p in self.profile.items()},
             "generated_text": self.generated_text,
             "features": {name: list(getattr(self, name).shape) for name in _FEATURES},

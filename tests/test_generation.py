@@ -188,3 +188,19 @@ def test_the_response_page_shows_dialogue_chain_emotions_and_player(tiny, tmp_pa
     assert '<video src="response.mp4"' in page and "Chain of Empathy" in page
     for label, p in response.emotion.probabilities.items():
         assert f"<td>{label}</td><td>{p:.1%}</td>" in page
+
+
+def test_the_page_shows_the_chains_most_likely_emotions_first(tiny, tmp_path):
+    from empatheia.response import LabelPrediction
+
+    dialogue = _dialogue("My dog ran away.")
+    response = tiny.respond(dialogue, max_new_tokens=4)
+    weights = {f"label{i}": w for i, w in enumerate([0.02, 0.3, 0.01, 0.05, 0.2, 0.1, 0.04, 0.08, 0.06, 0.14])}
+    response.chain_emotion = LabelPrediction("label1", weights)
+    page = (response.save(tmp_path / "answer", dialogue) / "index.html").read_text()
+    assert "the 8 most likely of 10 labels" in page
+    shown = [label for label in weights if f"<td>{label}</td>" in page]
+    assert sorted(shown) == sorted(sorted(weights, key=weights.get)[2:])  # the two least likely are left out
+    assert page.index("<td>label1</td>") < page.index("<td>label4</td>") < page.index("<td>label9</td>")
+    assert '<tr class=top><td>label1</td><td>30.0%</td>' in page
+    assert "Style Disentangler" in page and f"<td>{response.emotion.label}</td>" in page

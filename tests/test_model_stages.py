@@ -20,12 +20,15 @@ EXPECTED_TERMS[4] = EXPECTED_TERMS[1] | EXPECTED_TERMS[2] | EXPECTED_TERMS[3]
 
 @pytest.mark.parametrize("stage", [1, 2, 3, 4])
 def test_stage_trains_exactly_its_parameters(model, stage):
-    # LoRA's B matrices start at zero, which makes the gradient of every A exactly zero;
-    # give B a value so that "receives a gradient" means a non-zero gradient everywhere.
+    # LoRA's B matrices and the projectors' last layers start at zero, which makes the
+    # gradient of the layers before them exactly zero; give them a value so that
+    # "receives a gradient" means a non-zero gradient everywhere.
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
                 param.normal_(std=0.02)
+        for projector in (model.speech_projector, model.video_projector):
+            projector[-1].weight.normal_(std=0.02)
     model.set_stage(stage)
     model.train()
     out = model(full_batch(model), stage=stage)
@@ -42,6 +45,20 @@ def test_stage_trains_exactly_its_parameters(model, stage):
             else:
                 assert not param.requires_grad, name
                 assert param.grad is None, f"stage {stage}: frozen {name} got a gradient"
+
+
+def test_projectors_start_at_zero_and_learn_in_stage_four(model):
+    # Media tokens enter a text-trained core as zero embeddings until stage 4 trains the
+    # projectors; the last layer's own gradient is not zero, so training can move it.
+    batch = full_batch(model)
+    audio, video = model.encode_media(batch)
+    assert audio.abs().sum() == 0 and video.abs().sum() == 0
+    model.set_stage(4)
+    model.train()
+    model(batch, stage=4)["loss"].backward()
+    for projector in (model.speech_projector, model.video_projector):
+        assert projector[-1].weight.grad.abs().sum() > 0
+        assert projector[0].weight.grad.abs().sum() == 0  # behind a zero layer, until it moves
 
 
 def test_every_group_is_populated_and_frozen_parts_are_frozen(model):
@@ -105,9 +122,10 @@ def test_stage_three_on_its_own_placeholder_layout(model):
     assert torch.isfinite(out["loss"])
 
 
-def test_frozen_language_model_builds_no_graph_in_stages_two_and_three(model):
+def test_frozen_language_model_builds_a_graph_only_where_gradients_pass_through_it(model):
+    # Stage 2 reads the language model's states; stage 3's projectors train through it.
     batch = full_batch(model)
-    for stage in (2, 3):
+    for stage, graph in ((2, False), (3, True)):
         model.set_stage(stage)
         hidden_requires_grad = []
         handle = model._hf_model().base_model.register_forward_hook(
@@ -115,7 +133,8 @@ def test_frozen_language_model_builds_no_graph_in_stages_two_and_three(model):
         )
         model(batch)
         handle.remove()
-        assert hidden_requires_grad == [False]
+        assert hidden_requires_grad == [graph]
+        assert not any(p.requires_grad for _, p in model.parameter_groups()["lora"])
 
 
 def test_missing_targets_name_the_keys(model):

@@ -22,6 +22,7 @@ def test_quickstart_notebook_runs(tmp_path):
     errors = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []) if o.output_type == "error"]
     assert not errors
     printed = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", []))
-    assert "Answer:" in printed and "Emotion:" in printed
+    assert "Answer:" in printed
+    assert "Speaker's emotion, Chain of Empathy:" in printed and "Style Disentangler:" in printed
     assert (tmp_path / "quickstart_output" / "response.mp4").is_file()
     assert (tmp_path / "quickstart_output" / "index.html").is_file()

@@ -151,3 +151,44 @@ def test_weights_are_rebuilt_from_the_seed_without_touching_global_rng():
     b = Empatheia.from_preset("tiny")
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.equal(pa, pb), name
+
+
+def test_chain_emotion_is_the_language_models_distribution_at_the_step():
+    from empatheia.config import EmpatheiaConfig
+    from empatheia.modeling import chain_emotion_token_ids
+    from empatheia.processing import Target
+    from empatheia.prompts import PromptMode
+
+    labels = ["anxious", "happy", "sad", "proud", "lonely"]
+    config = EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotions": labels})
+    model = Empatheia(config).eval()
+    dialogues = [make_dialogue(2, audio=False, video=False), make_dialogue(1, audio=False, video=False, seed=1)]
+    dialogues[1].chain.speaker_emotion = None  # a row without the step
+    encoded = [model.processor.encode(d, PromptMode.FULL, Target(response=d.response, chain=d.chain, signals=True))
+               for d in dialogues]
+    batch = model.processor.collate(encoded)
+    with torch.no_grad():
+        predictions = model.chain_emotion_predictions(model.hidden_states(batch), batch["emotion_slot"])
+        logits = model.language_model(input_ids=encoded[0].input_ids[None]).logits[0]
+    assert predictions[1] is None
+    at = int(encoded[0].emotion_slot.nonzero())
+    expected = logits[at, chain_emotion_token_ids(model.tokenizer, labels)].softmax(-1)
+    got = torch.tensor([predictions[0].probabilities[label] for label in labels])
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert predictions[0].label == labels[int(expected.argmax())]
+
+
+def test_respond_reports_the_chain_emotion_only_when_labels_are_configured(model):
+    assert model.config.language_model.chain_emotions is None
+    assert model.respond(make_dialogue(1), max_new_tokens=4).chain_emotion is None
+
+
+def test_chain_emotions_that_share_a_first_token_are_an_error(model):
+    from empatheia.modeling import chain_emotion_token_ids
+
+    first = model.tokenizer.convert_ids_to_tokens(model.tokenizer.encode(" anxious", add_special_tokens=False))
+    if len(first) < 2:
+        pytest.skip("the tiny tokenizer writes 'anxious' as one token")
+    twin = model.tokenizer.convert_tokens_to_string(first[:1]).strip() + "zzq"
+    with pytest.raises(ValueError, match=r"chain_emotions: \[\['anxious', '" + twin + r"'\]\] share a first token"):
+        chain_emotion_token_ids(model.tokenizer, ["anxious", twin, "happy"])

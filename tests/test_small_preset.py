@@ -219,6 +219,11 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     assert response.chain.parsed, response.generated_text
     assert response.chain.event_scenario and "project" in response.chain.event_scenario.lower()
     assert fold_emotion(response.chain.speaker_emotion) == "sad", response.chain.speaker_emotion
+    # The chain's weighing of ED's 32 labels agrees with what it wrote.
+    weights = response.chain_emotion.probabilities
+    assert set(weights) == set(small_model.config.language_model.chain_emotions)
+    assert sum(weights.values()) == pytest.approx(1.0, abs=1e-4)
+    assert response.chain_emotion.label == response.chain.speaker_emotion
     words = re.findall(r"[A-Za-z']+", response.text)
     assert len(words) >= 4 and response.text.isascii(), response.text
     specials = set(small_model.tokenizer.all_special_tokens) | {"<Aud>", "<Vid>", "<AUD", "<VID", "<|im_"}

@@ -140,3 +140,26 @@ def test_right_padding_needs_no_attention_mask(model):
         embeddings = model.embed_inputs(batch["input_ids"], *model.encode_media(batch))
         masked = model._hf_model().base_model(inputs_embeds=embeddings, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(fast[mask.bool()], masked[mask.bool()])
+
+
+def test_the_emotion_slot_is_the_token_before_the_chains_emotion(model):
+    processor, tokenizer = model.processor, model.tokenizer
+    dialogue = make_dialogue(2)  # gold chain: speaker_emotion "anxious"
+    target = Target(response=dialogue.response, chain=dialogue.chain, signals=True)
+    example = processor.encode(dialogue, PromptMode.FULL, target)
+    assert int(example.emotion_slot.sum()) == 1
+    at = int(example.emotion_slot.nonzero())
+    assert tokenizer.decode(example.input_ids[: at + 1]).endswith("the emotion of the speaker is:")
+    assert tokenizer.decode(example.input_ids[at + 1 :]).startswith(" anxious\n")
+    # Left padding (generation) moves the slot with its row.
+    short = processor.encode(make_dialogue(1), PromptMode.FULL, target)
+    batch = processor.collate([example, short], padding_side="left")
+    for row, encoded in enumerate((example, short)):
+        slot = batch["emotion_slot"][row].nonzero().flatten()
+        assert slot.numel() == 1
+        assert batch["input_ids"][row, slot + 1] == encoded.input_ids[encoded.emotion_slot.nonzero().flatten() + 1]
+    # No emotion step, no slot; prompts alone have none either.
+    dialogue.chain.speaker_emotion = None
+    without = processor.encode(dialogue, PromptMode.FULL, Target(response=dialogue.response, chain=dialogue.chain))
+    assert not without.emotion_slot.any()
+    assert not processor.encode(dialogue, PromptMode.FULL).emotion_slot.any()

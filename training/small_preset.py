@@ -132,7 +132,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True, help="EmpatheticDialogues conversations JSONL")
     parser.add_argument("--out", type=Path, default=Path("runs/small"))
-    parser.add_argument("--stage1-steps", type=int, default=320, help="about one epoch of the split at 16 a step")
+    parser.add_argument("--stage1-steps", type=int, default=640, help="about two epochs of the split at 16 a step")
     parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
     parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")

@@ -2,9 +2,9 @@
 
 The language model stays frozen; the Style Disentangler and its classifiers train on the
 squared error to the gold speech and video style features (L_sal, eq. 10) and the
-cross-entropy of the emotion and the avatar's profile (L_cls, eq. 11). Prompts are the
-turns' speech and video placeholders only, so every example needs media; starts from
-stage 2's output directory.
+cross-entropy of the emotion and the avatar's profile (L_cls, eq. 11), and so do the
+media projectors, through the frozen model. Prompts are the turns' speech and video
+placeholders only, so every example needs media; starts from stage 2's output directory.
 """
 
 from empatheia.training import TrainConfig, TrainResult, build_stage_data, label_sets, start_model, train

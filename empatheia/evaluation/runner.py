@@ -5,7 +5,9 @@ Files
 Predictions (JSONL, one response a line)
     ``id`` (string), ``text`` (the response), ``emotion`` (the predicted emotion); optional
     ``chain_emotion`` (the Chain of Empathy's free-text ``speaker_emotion``, may be
-    ``null``), ``emotion_probabilities`` (class -> probability), ``audio`` and ``video``
+    ``null``), ``emotion_probabilities`` (class -> probability),
+    ``chain_emotion_probabilities`` (label -> probability at the chain's emotion step, for
+    a model with ``language_model.chain_emotions``), ``audio`` and ``video``
     (the spoken response and the talking head: paths relative to the predictions file's
     folder, or absolute) and ``avatar`` (which avatar spoke it: the same string, the same
     face); ``speech_style`` / ``video_style`` (the style vectors S^s / S^v the model asked
@@ -128,6 +130,7 @@ PREDICTION_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "emotion": ((str,), True),
     "chain_emotion": ((str,), False),
     "emotion_probabilities": ((dict,), False),
+    "chain_emotion_probabilities": ((dict,), False),
     "audio": ((str,), False),
     "video": ((str,), False),
     "avatar": ((str,), False),
@@ -705,6 +708,8 @@ def prediction_record(
         "chain_emotion": response.chain.speaker_emotion,
         "emotion_probabilities": response.emotion.probabilities,
     }
+    if getattr(response, "chain_emotion", None) is not None:
+        record["chain_emotion_probabilities"] = response.chain_emotion.probabilities
     record.update(media or {})
     record.update(styles or {})
     return record
