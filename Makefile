@@ -28,7 +28,7 @@ demo: $(STAMP)
 	# The example's text only: the shipped small weights have not learned to read speech
 	# and video yet (docs/small_preset.md), so its media would only disturb the answer.
 	$(BIN)/empatheia respond examples/dialogues.json --conversation 00001 \
-		--preset small --animate --out demo_output
+		--preset small --speak --animate --out demo_output
 
 clean:
 	rm -rf $(VENV) demo_output .pytest_cache
