@@ -24,9 +24,9 @@ $(STAMP): setup.py constraints.txt
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
+# The example's text only: the shipped small weights have not learned to read speech and
+# video yet (docs/small_preset.md), so its media would only disturb the answer.
 demo: $(STAMP)
-	# The example's text only: the shipped small weights have not learned to read speech
-	# and video yet (docs/small_preset.md), so its media would only disturb the answer.
 	$(BIN)/empatheia respond examples/dialogues.json --conversation 00001 \
 		--preset small --speak --animate --out demo_output
 

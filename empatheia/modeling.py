@@ -151,8 +151,8 @@ class Empatheia(nn.Module):
 
     def set_stage(self, stage: int) -> "Empatheia":
         """Make exactly the parameters of ``stage`` trainable (§5): 1 LoRA and signal-token
-        rows; 2 the Content Synchronizer; 3 the Style Disentangler and its classifiers;
-        4 LoRA, signal-token rows, the projectors and both heads."""
+        rows; 2 the Content Synchronizer; 3 the projectors, the Style Disentangler and its
+        classifiers; 4 LoRA, signal-token rows, the projectors and both heads."""
         if stage not in STAGE_GROUPS:
             raise ValueError(f"stage must be 1, 2, 3 or 4, got {stage!r}")
         trainable = STAGE_GROUPS[stage]

@@ -403,8 +403,11 @@ def test_response_styles_measure_each_batch_in_one_call(tmp_path):
                          "video_style": [1.0, 0.0, 0.5], "video_style_realised": [1.0, 0.0, 0.5]}
     assert styles[1]["video_style_realised"] == [1.0, 0.0, 0.0]
     assert styles[2] == {"speech_style": [1.0, 1.0], "speech_style_realised": [1e-7, 123457000.0]}
+    weighing = {"sad": 0.75, "lonely": 0.25}
     record = runner.prediction_record(
         SimpleNamespace(id="x"), SimpleNamespace(text="Hi.", emotion=SimpleNamespace(label="sad", probabilities={}),
-                                                 chain=SimpleNamespace(speaker_emotion=None)), media[2], styles[2])
+                                                 chain=SimpleNamespace(speaker_emotion=None),
+                                                 chain_emotion=SimpleNamespace(probabilities=weighing)), media[2], styles[2])
     assert record["speech_style_realised"] == [1e-7, 123457000.0] and record["audio"] == "media/c.wav"
+    assert record["chain_emotion_probabilities"] == weighing
     assert runner.validate_record(json.loads(json.dumps(record)), runner.PREDICTION_FIELDS, None, "line 1") == record

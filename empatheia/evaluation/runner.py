@@ -708,7 +708,7 @@ def prediction_record(
         "chain_emotion": response.chain.speaker_emotion,
         "emotion_probabilities": response.emotion.probabilities,
     }
-    if getattr(response, "chain_emotion", None) is not None:
+    if response.chain_emotion is not None:
         record["chain_emotion_probabilities"] = response.chain_emotion.probabilities
     record.update(media or {})
     record.update(styles or {})
