@@ -6,11 +6,20 @@ Splits the file exactly as `empatheia data split` does (10 % of conversations he
 trains on the training split's examples (one per listener turn, the dialogue so far as
 input, the conversation's emotion as label) and prints accuracy over 32 ED labels and the
 7 folded classes.
+
+    python bench/bow_emotion_baseline.py --ed ../shared/data/ed/ed_valid_conversations.jsonl \
+        --predictions runs/small/eval_heldout/predictions.jsonl
+
+also scores a model's Chain-of-Empathy emotions (``chain_emotion`` of each prediction,
+matched by ``id``) on the same held-out examples and compares the two paired: the
+difference, its bootstrap 95 % interval and McNemar's exact p-value. A prediction with no
+emotion, or one that is not an ED label, counts as wrong.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -21,18 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from empatheia.data import read_dataset  # noqa: E402
 from empatheia.data.emotions import fold_emotion, normalize_label  # noqa: E402
 from empatheia.data.render import split_ed_file  # noqa: E402
-from empatheia.evaluation.baselines import BagOfWordsEmotion, dialogue_text  # noqa: E402
+from empatheia.evaluation.baselines import BagOfWordsEmotion, compare_paired_accuracy, dialogue_text  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True)
+    parser.add_argument("--predictions", type=Path, help="a model's predictions.jsonl to compare with, paired")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         split = split_ed_file(args.ed, tmp)
         train, test = read_dataset(split["train"]), read_dataset(split["eval"])
     texts = [dialogue_text(d) for d in train]
     test_texts = [dialogue_text(d) for d in test]
+    chain = read_chain_emotions(args.predictions, [d.id for d in test]) if args.predictions else None
     print(f"{len(train)} training examples ({train.conversations} conversations), "
           f"{len(test)} held-out examples ({test.conversations} conversations)")
     for name, label in (("32 ED labels", normalize_label), ("7 classes", fold_emotion)):
@@ -44,6 +55,40 @@ def main() -> None:
         majority = max(gold.count(c) for c in set(gold)) / len(gold)
         print(f"{name}: accuracy {accuracy:.4f} (majority class {majority:.4f}; "
               f"{len(model.vocabulary)} n-grams; {time.perf_counter() - start:.1f} s)")
+        if chain is not None:
+            model_correct = [scored_label(chain[d.id], label) == g for d, g in zip(test, gold)]
+            paired = compare_paired_accuracy(model_correct, [p == g for p, g in zip(predicted, gold)])
+            low, high = paired.interval
+            print(f"  model {paired.accuracy_a:.4f} vs bag-of-words {paired.accuracy_b:.4f}: "
+                  f"difference {paired.difference:+.4f} (95 % bootstrap interval {low:+.4f} to {high:+.4f}); "
+                  f"only the model right on {paired.only_a}, only bag-of-words on {paired.only_b}, "
+                  f"McNemar exact p = {paired.p_value:.2g}")
+
+
+def read_chain_emotions(path: Path, ids) -> dict:
+    """``id -> chain_emotion`` (or None) for every held-out id; a missing id is an error."""
+    chain = {}
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                record = json.loads(line)
+                if "id" not in record:
+                    raise SystemExit(f"{path}:{number}: record has no 'id'")
+                chain[record["id"]] = record.get("chain_emotion")
+    missing = [i for i in ids if i not in chain]
+    if missing:
+        raise SystemExit(f"{path}: no prediction for {len(missing)} held-out ids, e.g. {missing[:3]}")
+    return chain
+
+
+def scored_label(emotion, label):
+    """The model's emotion in the comparison's label set; None (scored wrong) if it has none."""
+    if not emotion:
+        return None
+    try:
+        return label(emotion)
+    except (KeyError, ValueError):
+        return None
 
 
 if __name__ == "__main__":

@@ -94,3 +94,56 @@ class BagOfWordsEmotion:
             return []
         scores = self._features(texts) @ self._weights
         return [self.labels[i] for i in scores.argmax(1).tolist()]
+
+
+@dataclass(frozen=True)
+class PairedAccuracy:
+    """Two classifiers scored on the same examples.
+
+    ``difference`` is ``accuracy_a - accuracy_b``; ``interval`` its paired-bootstrap 95 %
+    interval; ``p_value`` the exact two-sided McNemar test on the examples where exactly
+    one of the two is right (``only_a``, ``only_b``).
+    """
+
+    examples: int
+    accuracy_a: float
+    accuracy_b: float
+    difference: float
+    interval: tuple
+    only_a: int
+    only_b: int
+    p_value: float
+
+
+def compare_paired_accuracy(
+    correct_a: Sequence[bool], correct_b: Sequence[bool], resamples: int = 10_000, seed: int = 0
+) -> PairedAccuracy:
+    """Is classifier A's accuracy really above B's on these examples?
+
+    Both lists say, example by example, whether that classifier was right. Pairing matters:
+    on the same examples the two are correlated, and an unpaired standard error overstates
+    the noise in their difference.
+    """
+    if len(correct_a) != len(correct_b) or not correct_a:
+        raise ValueError(f"need the same non-zero number of examples (got {len(correct_a)} and {len(correct_b)})")
+    a = torch.tensor([bool(x) for x in correct_a], dtype=torch.float64)
+    b = torch.tensor([bool(x) for x in correct_b], dtype=torch.float64)
+    n = len(a)
+    generator = torch.Generator().manual_seed(seed)
+    rows = torch.randint(n, (resamples, n), generator=generator)
+    differences = (a[rows] - b[rows]).mean(1)
+    low, high = torch.quantile(differences, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    only_a, only_b = int((a > b).sum()), int((b > a).sum())
+    discordant = only_a + only_b
+    # Exact binomial test of only_a against Binomial(discordant, 1/2), two-sided.
+    tail = sum(math.comb(discordant, k) for k in range(min(only_a, only_b) + 1)) / 2.0**discordant if discordant else 1.0
+    return PairedAccuracy(
+        examples=n,
+        accuracy_a=float(a.mean()),
+        accuracy_b=float(b.mean()),
+        difference=float((a - b).mean()),
+        interval=(low, high),
+        only_a=only_a,
+        only_b=only_b,
+        p_value=min(1.0, 2.0 * tail),
+    )
