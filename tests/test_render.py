@@ -60,6 +60,10 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     assert first.response_audio.is_file() and first.response_video.is_file()
     assert first.listener_profile == pooled_profile("hit:1_conv:1", "listener")
     assert first.listener_profile["ID"].startswith("ed-listener-")
+    # The chain carries ED's situation and emotion, as stage 1's ED examples do, so the
+    # joint stage's targets keep the Chain of Empathy's emotion step.
+    assert (first.chain.event_scenario, first.chain.speaker_emotion) == ("I won a prize in the school raffle.", "joyful")
+    assert corpus[1].chain.speaker_emotion == corpus[1].emotion == "devastated"
 
     # The listener answers joy with joy and grief softly: the rendered faces say so.
     renderer = AvatarRenderer()

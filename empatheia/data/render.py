@@ -212,7 +212,9 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
                 "emotion": record["emotion"],
                 "history": turns[:i],
                 "response": {k: turns[i][k] for k in ("text", "audio", "video")},
-                "chain": {"event_scenario": record.get("situation")},
+                # The chain names ED's emotion as stage 1's ED examples do; without it,
+                # stage 4 taught the core to skip the emotion step (measured on `small`).
+                "chain": {"event_scenario": record.get("situation"), "speaker_emotion": record["emotion"]},
             }
         )
     return examples
