@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -109,7 +109,7 @@ class PairedAccuracy:
     accuracy_a: float
     accuracy_b: float
     difference: float
-    interval: tuple
+    interval: Tuple[float, float]
     only_a: int
     only_b: int
     p_value: float
