@@ -214,14 +214,17 @@ class Empatheia(nn.Module):
         from raw ``audio``/``video``, from complete ``audio_features``/``video_features``
         (encoder outputs ``(N, n, D_enc)``), or from raw media mixed with cached features
         (``{audio,video}_cached`` and ``_order``, see :mod:`empatheia.data.cache`)."""
-        audio = batch.get("audio_features")
-        if audio is None and ("audio" in batch or "audio_cached" in batch):
-            raw = self.speech_encoder(batch["audio"], batch["audio_lengths"]) if "audio" in batch else None
-            audio = merge_features(batch, "audio", raw)
-        video = batch.get("video_features")
-        if video is None and ("video" in batch or "video_cached" in batch):
-            raw = self.video_encoder(batch["video"], batch.get("video_lengths")) if "video" in batch else None
-            video = merge_features(batch, "video", raw)
+        # The frozen encoders ignore CPU autocast (bf16 training on the CPU): their
+        # features stay the fp32 ones that inference and the media cache have.
+        with torch.autocast("cpu", enabled=False):
+            audio = batch.get("audio_features")
+            if audio is None and ("audio" in batch or "audio_cached" in batch):
+                raw = self.speech_encoder(batch["audio"], batch["audio_lengths"]) if "audio" in batch else None
+                audio = merge_features(batch, "audio", raw)
+            video = batch.get("video_features")
+            if video is None and ("video" in batch or "video_cached" in batch):
+                raw = self.video_encoder(batch["video"], batch.get("video_lengths")) if "video" in batch else None
+                video = merge_features(batch, "video", raw)
         proj_dtype = self.speech_projector[0].weight.dtype
         audio = self.speech_projector(audio.to(proj_dtype)) if audio is not None else None
         video = self.video_projector(video.to(proj_dtype)) if video is not None else None
@@ -294,7 +297,9 @@ class Empatheia(nn.Module):
           ``(B, D_sv)``, ``emotion_label`` ``(B,)`` and ``{attribute}_label`` ``(B,)`` per
           profile attribute (``-100`` where unknown).
 
-        Returns ``loss`` and: stage 1 ``loss_emp`` (mean token NLL of the target, eq. 8);
+        Returns ``loss`` and: stage 1 ``loss_emp`` (mean token NLL of the target, eq. 8)
+        and, with ``loss.chain_emotion_weight`` > 0, ``loss_chain_emotion`` (see
+        :meth:`chain_emotion_loss`; stage 4 too), added with that weight;
         stage 2 ``loss_ccl`` (eq. 9) with its speech/video parts and ``kl_content``;
         stage 3 ``loss_sac = loss_sal + loss_cls`` (eqs. 10-12) with their parts and
         ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13). Each
@@ -312,8 +317,11 @@ class Empatheia(nn.Module):
         with torch.set_grad_enabled(torch.is_grad_enabled() and stage != 2):
             hidden = self.hidden_states(batch)
         terms: Dict[str, torch.Tensor] = {}
+        emotion_weight = weights.chain_emotion_weight if stage in (1, 4) else 0.0
         if stage in (1, 4):
             terms["loss_emp"] = self.language_modeling_loss(hidden, batch["labels"])
+            if emotion_weight:
+                terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
         if stage in (2, 4):
             content = self.content_synchronizer(
                 hidden,
@@ -338,6 +346,8 @@ class Empatheia(nn.Module):
                 + weights.beta * terms["loss_sac"]
                 + weights.kl_weight * (terms["kl_content"] + terms["kl_style"])
             )
+        if emotion_weight:
+            loss = loss + emotion_weight * terms["loss_chain_emotion"]
         return {"loss": loss, **terms}
 
     def language_modeling_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -349,6 +359,29 @@ class Empatheia(nn.Module):
             raise ValueError("the batch has no target tokens (all labels are -100)")
         logits = self._hf_model().get_output_embeddings()(hidden[:, :-1][mask])
         return F.cross_entropy(logits.float(), targets[mask])
+
+    def chain_emotion_loss(self, hidden: torch.Tensor, labels: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the chain's emotion over ``language_model.chain_emotions``:
+        at each emotion slot ``(B, L)``, the language model's logits ``(B, L, H)`` ->
+        ``(R, K)`` restricted to the labels' first tokens (what
+        :meth:`chain_emotion_predictions` reads), against the label whose first token is
+        the next target. Slots whose next token is not a target, or not a label's (an
+        emotion outside the list), are left out; with none left the loss is 0 and still
+        part of the graph."""
+        if self._chain_emotion_ids is None:
+            raise ValueError(
+                "loss.chain_emotion_weight > 0 needs language_model.chain_emotions: the labels the chain writes"
+            )
+        rows, cols = slot[:, :-1].nonzero(as_tuple=True)
+        following = labels[rows, cols + 1]  # (R,)
+        matches = following[:, None] == self._chain_emotion_ids[None, :]  # (R, K)
+        known = matches.any(1)
+        if not bool(known.any()):
+            return hidden.sum() * 0.0
+        rows, cols = rows[known], cols[known]
+        head = self._hf_model().get_output_embeddings()
+        logits = head(hidden[rows, cols])[:, self._chain_emotion_ids]  # (R, K)
+        return F.cross_entropy(logits.float(), matches[known].float().argmax(1))
 
     def content_losses(self, content: ContentOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Eq. 9 as the mean squared error over valid rows and features of each modality."""

@@ -152,3 +152,78 @@ def test_unlabelled_items_are_ignored_by_the_classifiers(model):
     out = model(batch, stage=3)
     assert out["loss_cls_age"] == 0
     assert torch.isfinite(out["loss"])
+
+
+def _emotion_weighted_model(weight: float):
+    from empatheia import Empatheia
+    from empatheia.config import EmpatheiaConfig
+
+    labels = ["anxious", "happy", "sad", "proud", "lonely"]
+    overrides = {"language_model.chain_emotions": labels, "loss.chain_emotion_weight": weight}
+    return Empatheia(EmpatheiaConfig.from_preset("tiny", overrides)).eval(), labels
+
+
+def test_chain_emotion_term_is_cross_entropy_over_the_labels_at_the_emotion_slot():
+    from empatheia.modeling import chain_emotion_token_ids
+
+    model, labels = _emotion_weighted_model(0.5)
+    dialogues = [make_dialogue(3, seed=0), make_dialogue(2, seed=1), make_dialogue(2, seed=2)]
+    dialogues[1].chain.speaker_emotion = "sad"
+    dialogues[2].chain.speaker_emotion = None  # no emotion step: no slot, no term
+    batch = full_batch(model, dialogues)
+    with torch.no_grad():
+        out1 = model(batch, stage=1)
+        out4 = model(batch, stage=4)
+        logits = model._hf_model()(inputs_embeds=model.embed_inputs(batch["input_ids"], *model.encode_media(batch)),
+                                   attention_mask=batch["attention_mask"]).logits
+    ids = chain_emotion_token_ids(model.tokenizer, labels)
+    slots = [int(batch["emotion_slot"][row].nonzero()) for row in (0, 1)]
+    assert not batch["emotion_slot"][2].any()
+    expected = torch.nn.functional.cross_entropy(
+        torch.stack([logits[row, at, ids] for row, at in zip((0, 1), slots)]),
+        torch.tensor([labels.index("anxious"), labels.index("sad")]),
+    )
+    torch.testing.assert_close(out1["loss_chain_emotion"], expected, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out1["loss"], out1["loss_emp"] + 0.5 * out1["loss_chain_emotion"])
+    # Stage 4 adds it beside eq. 13's terms; stages 2 and 3 never see it.
+    w = model.config.loss
+    torch.testing.assert_close(out4["loss_chain_emotion"], out1["loss_chain_emotion"])
+    torch.testing.assert_close(out4["loss"], out4["loss_emp"] + w.alpha * out4["loss_ccl"] + w.beta * out4["loss_sac"]
+                               + w.kl_weight * (out4["kl_content"] + out4["kl_style"]) + 0.5 * out4["loss_chain_emotion"])
+    with torch.no_grad():
+        assert all("loss_chain_emotion" not in model(batch, stage=s) for s in (2, 3))
+
+
+def test_chain_emotion_term_leaves_out_emotions_outside_the_labels_and_untrained_slots():
+    model, labels = _emotion_weighted_model(1.0)
+    dialogues = [make_dialogue(2, seed=0), make_dialogue(2, seed=1)]
+    dialogues[1].chain.speaker_emotion = "sad"
+    batch = full_batch(model, dialogues)
+    with torch.no_grad():
+        both = model(batch, stage=1)["loss_chain_emotion"]
+        only_sad = model(full_batch(model, [dialogues[1]]), stage=1)["loss_chain_emotion"]
+        # Row 0's emotion is no longer a target: only row 1 counts.
+        labels0 = batch["labels"].clone()
+        labels0[0] = -100
+        untrained = model({**batch, "labels": labels0}, stage=1)["loss_chain_emotion"]
+        # An emotion the labels do not list is left out; none left gives 0, not NaN.
+        model._chain_emotion_ids = model._chain_emotion_ids[[labels.index("happy"), labels.index("proud")]]
+        none_known = model(batch, stage=1)
+    assert not torch.isclose(both, only_sad)
+    torch.testing.assert_close(untrained, only_sad, rtol=1e-4, atol=1e-5)
+    assert none_known["loss_chain_emotion"] == 0
+    torch.testing.assert_close(none_known["loss"], none_known["loss_emp"])
+
+
+def test_paper_eq_8_has_no_chain_emotion_term_and_the_term_needs_labels(model):
+    from empatheia import Empatheia
+    from empatheia.config import EmpatheiaConfig
+
+    assert EmpatheiaConfig.from_preset("paper").loss.chain_emotion_weight == 0.0
+    assert EmpatheiaConfig.from_preset("small").loss.chain_emotion_weight == 1.0
+    with torch.no_grad():
+        out = model(full_batch(model), stage=1)
+    assert set(out) == {"loss", "loss_emp"}
+    unlabelled = Empatheia(EmpatheiaConfig.from_preset("tiny", {"loss.chain_emotion_weight": 1.0}))
+    with pytest.raises(ValueError, match="chain_emotions"):
+        unlabelled(full_batch(unlabelled), stage=1)

@@ -194,6 +194,38 @@ def test_deepspeed_files_that_contradict_the_stage_config_are_refused(tmp_path, 
     assert resolved["train_batch_size"] == 4 * 1 * 2 and resolved["bf16"]["enabled"] and not resolved["fp16"]["enabled"]
 
 
+def test_precision_on_the_cpu_is_autocast_bf16_where_the_processor_has_it(tmp_path, avatar, monkeypatch):
+    from empatheia.training import distributed
+    from empatheia.training.distributed import autocast, deepspeed_precision, resolve_precision
+
+    train, _ = avatar
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    auto = tiny_config(1, tmp_path / "run", train)
+    for native, expected in ((True, "bf16"), (False, "no")):
+        monkeypatch.setattr(distributed, "cpu_computes_bf16", lambda native=native: native)
+        assert resolve_precision(auto, cpu) == expected
+    assert resolve_precision(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"), gpu) == "bf16"
+    with pytest.raises(ConfigError, match="fp16 needs a GPU"):
+        resolve_precision(tiny_config(1, tmp_path / "run", train, mixed_precision="fp16"), cpu)
+    # DeepSpeed keeps fp32 weights on the CPU; the forward runs in bf16 under autocast.
+    assert deepspeed_precision("bf16", cpu) == "no" and deepspeed_precision("bf16", gpu) == "bf16"
+    a, b = torch.randn(4, 8), torch.randn(8, 2)
+    with autocast("bf16", cpu):
+        assert (a @ b).dtype == torch.bfloat16
+    with autocast("no", cpu):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_a_bf16_cpu_run_learns_and_keeps_fp32_weights(tmp_path, avatar, capsys):
+    train, _ = avatar
+    result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"))
+    losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
+    assert "precision bf16" in capsys.readouterr().out
+    assert losses[-1] < losses[0]
+    assert all(v.dtype == torch.float32 for v in final_weights(tmp_path / "run").values() if v.is_floating_point())
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())
+
+
 def test_table9_values_are_the_stage_defaults():
     for stage in (1, 2, 3, 4):
         optim = load_train_config(STAGE_CONFIGS[stage]).optim
@@ -309,13 +341,15 @@ def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avat
 
 def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avatar, stage1_output):
     train, gold = avatar
-    stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3))
+    # In fp32, so that "the same" is exact: bf16 rounding differs with the batch's layout.
+    fp32 = {"mixed_precision": "no"}
+    stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3, **fp32))
     cache = tmp_path / "cache"
-    stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3,
+    stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
                                         **{"data.media_cache": str(cache)}))
     stored = {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")}
     assert len(stored) >= 8  # every turn's audio and video of the four dialogues
-    stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3,
+    stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
                                        **{"data.media_cache": str(cache)}))
     # The third run read every feature: nothing was encoded or written again.
     assert {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")} == stored

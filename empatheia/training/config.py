@@ -91,7 +91,8 @@ class TrainConfig:
     data: DataSection = field(default_factory=DataSection)
     optim: OptimConfig = field(default_factory=OptimConfig)
     mixed_precision: str = "auto"
-    """``auto`` (bf16 on GPUs that have it, else fp16 on GPUs, none on the CPU), ``bf16``,
+    """``auto`` (bf16 on GPUs that have it, else fp16 on GPUs; on the CPU bf16 autocast where
+    the processor computes bf16 natively, else none), ``bf16``,
     ``fp16`` or ``no``."""
     deepspeed: Optional[str] = None
     """A DeepSpeed JSON (``configs/deepspeed/zero2.json``); ``null`` runs ZeRO stage 0."""

@@ -27,8 +27,10 @@ from .distributed import (
     ProcessInfo,
     all_reduce_mean,
     any_process,
+    autocast,
     barrier,
     deepspeed_config,
+    deepspeed_precision,
     gather_objects,
     init_processes,
     resolve_precision,
@@ -72,7 +74,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     output_dir = Path(config.output_dir)
     start_from = _prepare_output_dir(output_dir, config, resume, proc)
     precision = resolve_precision(config, proc.device)
-    ds_config = deepspeed_config(config, proc.world_size, precision)
+    ds_config = deepspeed_config(config, proc.world_size, deepspeed_precision(precision, proc.device))
 
     model.set_stage(config.stage)
     if config.model.gradient_checkpointing:
@@ -117,7 +119,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
             ids = batch.get("ids", [])
             examples += len(ids)
             if ids:
-                outputs = engine(_encode_media(to_device(batch, proc.device), data, model, ds_config))
+                with autocast(precision, proc.device):
+                    outputs = engine(_encode_media(to_device(batch, proc.device), data, model, ds_config))
             else:  # every example of this micro-batch was skipped: keep the processes in step
                 outputs = {"loss": _zero_loss(model)}
             _check_finite(outputs["loss"], state, micro, ids, config, output_dir, proc)
@@ -150,7 +153,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
             log.metrics(state.step, "train", _mean(window), extra)
             window = []
         if data.eval is not None and config.eval_steps and state.step % config.eval_steps == 0:
-            log.metrics(state.step, "eval", evaluate(engine, data, config, proc), {})
+            with autocast(precision, proc.device):
+                log.metrics(state.step, "eval", evaluate(engine, data, config, proc), {})
         if state.step % config.save_steps == 0 or state.step == config.max_steps:
             _save_checkpoint(output_dir, engine, model, state, config, proc, ds_config)
     progress.close()
