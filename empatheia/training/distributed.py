@@ -69,8 +69,8 @@ def _free_port() -> int:
 
 def resolve_precision(config: TrainConfig, device: torch.device) -> str:
     """``bf16``, ``fp16`` or ``no``. On the CPU, ``auto`` is ``bf16`` where the processor
-    computes it natively (AVX-512 BF16 or AMX: 2.4x faster than fp32 for a SmolLM2-135M
-    training step on 2 EPYC cores), else ``no``; fp16 needs a GPU."""
+    computes it natively (AVX-512 BF16 or AMX: a ``small`` stage-1 step took 10 s instead
+    of fp32's 19 s on 2 EPYC cores), else ``no``; fp16 needs a GPU."""
     if device.type != "cuda":
         if config.mixed_precision == "fp16":
             raise ConfigError("mixed_precision: fp16 needs a GPU; on the CPU use bf16 or no")
