@@ -362,10 +362,10 @@ class Empatheia(nn.Module):
 
     def chain_emotion_loss(self, hidden: torch.Tensor, labels: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the chain's emotion over ``language_model.chain_emotions``:
-        at each emotion slot ``(B, L)``, the language model's logits ``(B, L, H)`` ->
-        ``(R, K)`` restricted to the labels' first tokens (what
+        the language model's logits from the hidden states ``(B, L, H)`` at each emotion
+        slot ``(B, L)``, restricted to the labels' first tokens (``(R, K)``, what
         :meth:`chain_emotion_predictions` reads), against the label whose first token is
-        the next target. Slots whose next token is not a target, or not a label's (an
+        the next target (``labels`` ``(B, L)``). Slots whose next token is not a target, or not a label's (an
         emotion outside the list), are left out; with none left the loss is 0 and still
         part of the graph."""
         if self._chain_emotion_ids is None:
