@@ -207,9 +207,8 @@ class LossConfig:
     kl_weight: float = 1e-3
     """Weight of each VAE's KL term, added wherever that VAE is trained."""
     chain_emotion_weight: float = 0.0
-    """Weight of ``loss_chain_emotion``, added to L_emp in stages 1 and 4: the
-    cross-entropy of the chain's emotion over ``language_model.chain_emotions`` (their
-    first tokens) at each emotion slot. 0 trains eq. 8 as the paper writes it. In L_emp the
+    """Weight of ``loss_chain_emotion``, added to L_emp in stages 1 and 4: the token
+    cross-entropy of the chain emotion's first token at each emotion slot. 0 trains eq. 8 as the paper writes it. In L_emp the
     emotion is one target token of about a hundred: for a small core trained on a few
     thousand dialogues, a faint signal. The ``small`` preset sets 1.0, which puts the
     emotion on a par with all the other target tokens together."""
