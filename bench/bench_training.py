@@ -4,16 +4,20 @@ off); prints numbers only.
     python bench/bench_training.py --preset tiny --stage 4
     python bench/bench_training.py --preset paper-random --stage 1 --batch 4 --steps 12 \
         --deepspeed configs/deepspeed/zero2.json
+    python bench/bench_training.py --preset small --stage 1 --batch 8 --turns 3 --precision no   # then bf16
 
 The data are generated: dialogues of ``--turns`` turns with speech and video per turn and
 random gold features of the preset's sizes. ``paper-random`` is the paper architecture
-with random weights (nothing is downloaded).
+with random weights (nothing is downloaded); ``small`` is the untrained small preset
+(its packaged weights). Peak memory is the process's resident set on the CPU and
+allocated memory on the GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -99,19 +103,20 @@ def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig, s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=["tiny", "paper-random"], default="tiny")
+    parser.add_argument("--preset", choices=["tiny", "small", "paper-random"], default="tiny")
     parser.add_argument("--stage", type=int, choices=[1, 2, 3, 4], default=4)
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (default: ZeRO stage 0)")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--precision", choices=["auto", "bf16", "no"], default="auto", help="mixed_precision")
     parser.add_argument("--same-length", action="store_true", help="every example the same length (no padding)")
     parser.add_argument("--override", action="append", default=[], metavar="KEY=JSON",
                         help='a model config key, e.g. language_model.lora.target_modules=["q_proj","v_proj"]')
     args = parser.parse_args()
 
-    preset, overrides = ("tiny", {}) if args.preset == "tiny" else ("paper", PAPER_RANDOM)
+    preset, overrides = ("paper", PAPER_RANDOM) if args.preset == "paper-random" else (args.preset, {})
     # The generated clips are flat colours with no face to crop.
     overrides = {**overrides, "video_encoder.face_crop": False}
     overrides.update({k: json.loads(v) for k, v in (item.split("=", 1) for item in args.override)})
@@ -127,7 +132,7 @@ def main() -> None:
             "data.media_root": None, "data.media_cache": None, "data.num_workers": 2, "output_dir": str(root / "run"), "max_steps": args.steps,
             "optim.batch_size": args.batch, "optim.gradient_accumulation_steps": 1, "logging_steps": 1,
             "save_steps": 10**6, "tensorboard": False, "progress": False, "deepspeed": args.deepspeed,
-            "model.gradient_checkpointing": args.gradient_checkpointing,
+            "model.gradient_checkpointing": args.gradient_checkpointing, "mixed_precision": args.precision,
         }
         run_config = load_train_config(STAGE_CONFIGS[args.stage], [f"{k}={json.dumps(v)}" for k, v in sets.items()])
         start = time.perf_counter()
@@ -152,6 +157,8 @@ def main() -> None:
         print(f"loss: {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}")
         if torch.cuda.is_available():
             print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+        else:  # ru_maxrss is in KiB on Linux
+            print(f"peak resident memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB")
 
 
 if __name__ == "__main__":

@@ -208,10 +208,11 @@ class LossConfig:
     """Weight of each VAE's KL term, added wherever that VAE is trained."""
     chain_emotion_weight: float = 0.0
     """Weight of ``loss_chain_emotion``, added to L_emp in stages 1 and 4: the token
-    cross-entropy of the chain emotion's first token at each emotion slot. 0 trains eq. 8 as the paper writes it. In L_emp the
-    emotion is one target token of about a hundred: for a small core trained on a few
-    thousand dialogues, a faint signal. The ``small`` preset sets 1.0, which puts the
-    emotion on a par with all the other target tokens together."""
+    cross-entropy of the chain emotion's first token at each emotion slot. 0 trains eq. 8
+    as the paper writes it. In L_emp the emotion is one target token of about a hundred:
+    for a small core trained on a few thousand dialogues, a faint signal. The ``small``
+    preset sets 1.0, which puts the emotion on a par with all the other target tokens
+    together."""
 
 
 @dataclass

@@ -222,3 +222,26 @@ def test_paper_eq_8_has_no_chain_emotion_term(model):
     with torch.no_grad():
         out = model(full_batch(model), stage=1)
     assert set(out) == {"loss", "loss_emp"}
+
+
+def test_frozen_encoders_keep_fp32_under_cpu_autocast(model):
+    # bf16 training on the CPU runs the forward under autocast; the encoders' features
+    # must stay the fp32 ones that inference and the media cache give.
+    batch = full_batch(model)
+    features = {}
+    hooks = [getattr(model, name).register_forward_hook(lambda m, i, out, name=name: features.setdefault(name, []).append(out))
+             for name in ("speech_encoder", "video_encoder")]
+    try:
+        with torch.no_grad():
+            model.encode_media(batch)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                projected, _ = model.encode_media(batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert projected.dtype == torch.bfloat16  # the trained projector does run in bf16
+    for name, (plain, autocast) in features.items():
+        plain, autocast = (x[0] if isinstance(x, tuple) else x for x in (plain, autocast))
+        assert autocast.dtype == torch.float32, name
+        torch.testing.assert_close(autocast, plain, rtol=0, atol=0)
+    assert set(features) == {"speech_encoder", "video_encoder"}

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from empatheia.cli import main
 from empatheia.data import read_dataset
@@ -128,7 +129,8 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
                        "--render", "3", "--media-steps", "2", "--workers", "1",
                        "--export-weights", str(tmp_path / "weights"), "--export-stage", "3",
-                       "--export-metrics", str(tmp_path / "metrics")])
+                       "--export-metrics", str(tmp_path / "metrics"),
+                       "--set", "mixed_precision=no", "--set", "model.overrides={loss.chain_emotion_weight: 0.5}"])
     final = tmp_path / "run" / "stage4_joint" / "final"
     assert (final / "empatheia.safetensors").is_file()
     # The exported weights are stage 3's final ones in half precision, and load into the preset.
@@ -156,7 +158,11 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
     assert (split["train"], split["eval"]) == (10, 2)
     assert len((tmp_path / "run" / "rendered" / "train.jsonl").read_text().splitlines()) == 3
-    # Each stage started from the previous one and logged its own steps.
+    # Each stage started from the previous one, logged its own steps and ran with --set.
     for stage in ("stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint"):
         rows = (tmp_path / "run" / stage / "metrics.jsonl").read_text().splitlines()
         assert [json.loads(r)["step"] for r in rows][-1] == 2
+        ran = yaml.safe_load((tmp_path / "run" / stage / "train_config.yaml").read_text())
+        assert ran["mixed_precision"] == "no" and ran["model"]["overrides"] == {"loss.chain_emotion_weight": 0.5}
+    assert yaml.safe_load((final / "config.yaml").read_text())["loss"]["chain_emotion_weight"] == 0.5
+    assert "loss_chain_emotion" in json.loads(rows[-1])  # stage 4 trained with it

@@ -205,6 +205,7 @@ def test_precision_on_the_cpu_is_autocast_bf16_where_the_processor_has_it(tmp_pa
         monkeypatch.setattr(distributed, "cpu_computes_bf16", lambda native=native: native)
         assert resolve_precision(auto, cpu) == expected
     assert resolve_precision(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"), gpu) == "bf16"
+    assert load_train_config(STAGE_CONFIGS[1], ["mixed_precision=no"]).mixed_precision == "no"  # not YAML's false
     with pytest.raises(ConfigError, match="fp16 needs a GPU"):
         resolve_precision(tiny_config(1, tmp_path / "run", train, mixed_precision="fp16"), cpu)
     # DeepSpeed keeps fp32 weights on the CPU; the forward runs in bf16 under autocast.
@@ -216,9 +217,24 @@ def test_precision_on_the_cpu_is_autocast_bf16_where_the_processor_has_it(tmp_pa
         assert (a @ b).dtype == torch.float32
 
 
-def test_a_bf16_cpu_run_learns_and_keeps_fp32_weights(tmp_path, avatar, capsys):
+def test_a_bf16_cpu_run_learns_in_bf16_and_keeps_fp32_weights(tmp_path, avatar, capsys, monkeypatch):
     train, _ = avatar
+    seen = []
+    scored = Empatheia.language_modeling_loss
+
+    def record(self, hidden, labels):
+        # The residual stream stays fp32 under autocast (only matmuls run in bf16), so
+        # ask autocast itself.
+        enabled = torch.is_autocast_enabled("cpu")
+        seen.append(torch.get_autocast_dtype("cpu") if enabled else torch.float32)
+        return scored(self, hidden, labels)
+
+    monkeypatch.setattr(Empatheia, "language_modeling_loss", record)
+    stage1_coe.run(tiny_config(1, tmp_path / "fp32", train, mixed_precision="no", max_steps=1))
+    assert set(seen) == {torch.float32}
+    seen.clear()
     result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"))
+    assert set(seen) == {torch.bfloat16}  # the forward ran under autocast
     losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
     assert "precision bf16" in capsys.readouterr().out
     assert losses[-1] < losses[0]

@@ -15,8 +15,8 @@
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
    in ``DIR/summary.md``.
 
-Every stage runs the repository's recipe with its stage config and the overrides in
-:data:`SETTINGS`; a stage whose ``final/`` exists is skipped, and an interrupted one
+Every stage runs the repository's recipe with its stage config, the overrides in
+:data:`SETTINGS` and then any ``--set KEY=VALUE``; a stage whose ``final/`` exists is skipped, and an interrupted one
 resumes from its newest checkpoint. The result is ``OUT/stage4_joint/final``.
 """
 
@@ -26,7 +26,7 @@ import argparse
 import importlib
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = {1: "stage1_coe", 2: "stage2_ccl", 3: "stage3_sac", 4: "stage4_joint"}
@@ -59,7 +59,8 @@ def _sets(values: Dict[str, object]) -> List[str]:
     return [f"{k}={json.dumps(v)}" for k, v in values.items()]
 
 
-def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, previous: Path = None, preset: str = "small"):
+def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, previous: Path = None, preset: str = "small",
+              extra: Sequence[str] = ()):
     from empatheia.training import load_train_config
 
     output_dir = out / RECIPES[stage]
@@ -71,7 +72,7 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
               "data.gold_features": str(gold) if gold else None, "data.media_root": None,
               # Stages 3 and 4 read every turn's speech and video: encode each file once.
               "data.media_cache": str(out / "encoder_cache") if stage in (3, 4) else None}
-    config = load_train_config(REPO / "configs" / "train" / f"{RECIPES[stage]}.yaml", _sets(values))
+    config = load_train_config(REPO / "configs" / "train" / f"{RECIPES[stage]}.yaml", _sets(values) + list(extra))
     recipe = importlib.import_module(f"training.{RECIPES[stage]}")
     recipe.run(config, resume=output_dir.exists())
     return output_dir
@@ -137,6 +138,9 @@ def main(argv=None) -> None:
     parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--stages", default="1,2,3,4")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a stage-config key for every stage, after this script's own "
+                             "(e.g. mixed_precision=no, or model.overrides={loss.chain_emotion_weight: 0})")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
     parser.add_argument("--export-stage", type=int, choices=sorted(RECIPES), default=4,
@@ -151,7 +155,8 @@ def main(argv=None) -> None:
     from generators import build_generators, gold_feature_extractors
 
     split = split_ed_file(args.ed, args.out / "ed")
-    previous = run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset) if 1 in stages else args.out / RECIPES[1]
+    previous = (run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset, extra=args.set)
+                if 1 in stages else args.out / RECIPES[1])
     if not stages & {2, 3, 4}:
         return
     config = EmpatheiaConfig.from_preset(args.preset)
@@ -165,7 +170,8 @@ def main(argv=None) -> None:
     extract_gold_features(sources, gold_feature_extractors(*build_generators(config)), gold, batch_size=16)
     for stage in (2, 3, 4):
         if stage in stages:
-            previous = run_stage(stage, args.out, rendered, args.media_steps, gold=gold, previous=previous, preset=args.preset)
+            previous = run_stage(stage, args.out, rendered, args.media_steps, gold=gold, previous=previous,
+                                 preset=args.preset, extra=args.set)
         else:
             previous = args.out / RECIPES[stage]
     print(f"[small] done: {previous / 'final'}")

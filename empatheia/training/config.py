@@ -233,6 +233,8 @@ def _coerce(value: Any, annotation: str, key: str, source: str) -> Any:
         raise ConfigError(f"{source}: {key} must be an integer, got {value!r}")
     if base == "bool" and not isinstance(value, bool):
         raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if key == "mixed_precision" and value is False:
+        return "no"  # YAML 1.1 reads a bare `no` as false; for this key it can only mean "no"
     if base == "str" and not isinstance(value, str):
         raise ConfigError(f"{source}: {key} must be a string, got {value!r}")
     return value
