@@ -166,3 +166,13 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
         assert ran["mixed_precision"] == "no" and ran["model"]["overrides"] == {"loss.chain_emotion_weight": 0.5}
     assert yaml.safe_load((final / "config.yaml").read_text())["loss"]["chain_emotion_weight"] == 0.5
     assert "loss_chain_emotion" in json.loads(rows[-1])  # stage 4 trained with it
+
+
+def test_a_small_preset_stage_that_fails_in_its_process_names_itself(tmp_path, capfd):
+    """Each stage runs in a spawned process; its failure must not pass for success."""
+    from training import small_preset
+
+    with pytest.raises(RuntimeError, match=r"stage 1 \(stage1_coe\) failed: its process exited with 1"):
+        small_preset.run_stage(1, tmp_path, tmp_path / "missing.jsonl", steps=1, preset="tiny")
+    assert "missing.jsonl" in capfd.readouterr().err  # the child's own error reached the console
+    assert not (tmp_path / "stage1_coe" / "final").exists()
