@@ -84,8 +84,8 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     if not isolated:
         _run_recipe(RECIPES[stage], overrides, resume)
         return output_dir
-    # A fresh process per stage: after stage 1 the allocator keeps its peak (about 16 GB
-    # of the 23 here), and stage 2's forked DataLoader worker was OOM-killed beside it.
+    # A fresh process per stage: after stage 1 the process still held about 16 GB of the
+    # 23 here, and stage 2's forked DataLoader worker was OOM-killed beside it.
     process = multiprocessing.get_context("spawn").Process(
         target=_run_recipe, args=(RECIPES[stage], overrides, resume), name=f"small-{RECIPES[stage]}"
     )
@@ -173,7 +173,7 @@ def main(argv=None) -> None:
                              "(e.g. mixed_precision=no, or model.overrides={loss.chain_emotion_weight: 0})")
     parser.add_argument("--in-process", action="store_true",
                         help="run the stages in this process (by default each runs in its own, so memory "
-                             "one stage's peak left behind is returned before the next)")
+                             "one stage still holds is returned before the next)")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
     parser.add_argument("--export-stage", type=int, choices=sorted(RECIPES), default=4,
