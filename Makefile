@@ -24,8 +24,8 @@ $(STAMP): setup.py constraints.txt
 test: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
-# The example's text only: the shipped small weights read speech and video less well than
-# text, and on this example its media make the chain misread the event (docs/small_preset.md).
+# The example's text only: the shipped small weights' speech and video projectors had far
+# less training than the text path and no held-out measure (docs/small_preset.md).
 demo: $(STAMP)
 	$(BIN)/empatheia respond examples/dialogues.json --conversation 00001 \
 		--preset small --speak --animate --out demo_output

@@ -377,3 +377,37 @@ def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avat
     for key, value in final_weights(tmp_path / "plain").items():
         tolerance = 1e-3 if key.endswith("in_proj_bias") else 1e-5
         torch.testing.assert_close(final_weights(tmp_path / "again")[key], value, rtol=1e-5, atol=tolerance)
+
+
+def _join_a_group_and_report(queue) -> None:
+    import os
+
+    from empatheia.training.distributed import init_processes
+
+    try:
+        info = init_processes()
+        queue.put((info.rank, info.world_size, os.environ["MASTER_PORT"]))
+    except Exception as error:  # reported, so the test fails with the child's error
+        queue.put(repr(error))
+
+
+def test_a_process_spawned_after_training_starts_a_lone_group_of_its_own():
+    """`training/small_preset.py` spawns each stage from a process that may have trained
+    already (a notebook, this suite): the child inherits MASTER_PORT, which the parent's
+    group still listens on, and must not try to bind it."""
+    import multiprocessing
+    import os
+
+    from empatheia.training.distributed import init_processes
+
+    init_processes()  # this process's own lone group, as after any training run here
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_join_a_group_and_report, args=(queue,))
+    child.start()
+    reported = queue.get(timeout=300)
+    child.join(timeout=60)
+    assert isinstance(reported, tuple), reported
+    rank, world_size, port = reported
+    assert (rank, world_size) == (0, 1) and port != os.environ["MASTER_PORT"]
+    assert child.exitcode == 0

@@ -87,7 +87,7 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     # A fresh process per stage: after stage 1 the process still held about 16 GB of the
     # 23 here, and stage 2's forked DataLoader worker was OOM-killed beside it.
     process = multiprocessing.get_context("spawn").Process(
-        target=_run_recipe, args=(RECIPES[stage], overrides, resume, True), name=f"small-{RECIPES[stage]}"
+        target=_run_recipe, args=(RECIPES[stage], overrides, resume), name=f"small-{RECIPES[stage]}"
     )
     process.start()
     process.join()
@@ -101,18 +101,8 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     return output_dir
 
 
-def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool, fresh_group: bool = False) -> None:
-    import os
-
+def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
     from empatheia.training import load_train_config
-    from empatheia.training.distributed import _LAUNCHER_VARIABLES
-
-    if fresh_group:
-        # The child inherits the parent's environment: where the parent already trained
-        # (a notebook, the test suite), MASTER_PORT names the port its own process group
-        # still listens on. This script trains one process, so start a group of one.
-        for name in _LAUNCHER_VARIABLES:
-            os.environ.pop(name, None)
 
     config = load_train_config(REPO / "configs" / "train" / f"{recipe}.yaml", list(overrides))
     importlib.import_module(f"training.{recipe}").run(config, resume=resume)

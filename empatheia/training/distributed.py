@@ -20,6 +20,9 @@ import torch.distributed as dist
 from .config import ConfigError, TrainConfig
 
 _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+# Set beside the launcher variables when this module made them up for a lone process: the
+# pid of that process.
+_LONE_GROUP_OWNER = "EMPATHEIA_LONE_GROUP_PID"
 
 
 @dataclass
@@ -37,15 +40,20 @@ class ProcessInfo:
 def init_processes() -> ProcessInfo:
     """Join the process group a launcher set up (``RANK``, ``WORLD_SIZE``, ... in the
     environment), or start a group of one. DeepSpeed reads ``LOCAL_RANK`` from the
-    environment even for one process, so a lone process gets the launcher's variables."""
+    environment even for one process, so a lone process gets the launcher's variables.
+    A process started by one that set up its own lone group (a notebook or script that
+    trained, then spawns a stage) inherits those variables, whose ``MASTER_PORT`` the
+    parent's group still listens on: it starts a lone group of its own instead."""
     try:
         import deepspeed
     except ImportError as error:
         raise ImportError(f"training runs on DeepSpeed, which is not installed: pip install 'empatheia[train]' ({error})") from None
 
-    if "RANK" not in os.environ:
+    owner = os.environ.get(_LONE_GROUP_OWNER)
+    if "RANK" not in os.environ or (owner is not None and owner != str(os.getpid())):
         os.environ.update(
-            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port())
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+            **{_LONE_GROUP_OWNER: str(os.getpid())},
         )
     missing = [name for name in _LAUNCHER_VARIABLES if name not in os.environ]
     if missing:
