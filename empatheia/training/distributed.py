@@ -20,9 +20,10 @@ import torch.distributed as dist
 from .config import ConfigError, TrainConfig
 
 _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-# Set beside the launcher variables when this module made them up for a lone process: the
-# pid of that process.
-_LONE_GROUP_OWNER = "EMPATHEIA_LONE_GROUP_PID"
+# Set beside the launcher variables when this module made them up for a lone process:
+# "<pid>:<MASTER_PORT>" of that process. The port tells a launcher's own variables (a
+# torchrun started from a notebook that trained) from the lone group's.
+_LONE_GROUP = "EMPATHEIA_LONE_GROUP"
 
 
 @dataclass
@@ -49,12 +50,12 @@ def init_processes() -> ProcessInfo:
     except ImportError as error:
         raise ImportError(f"training runs on DeepSpeed, which is not installed: pip install 'empatheia[train]' ({error})") from None
 
-    owner = os.environ.get(_LONE_GROUP_OWNER)
-    if "RANK" not in os.environ or (owner is not None and owner != str(os.getpid())):
-        os.environ.update(
-            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-            **{_LONE_GROUP_OWNER: str(os.getpid())},
-        )
+    owner, _, port = os.environ.get(_LONE_GROUP, "").partition(":")
+    inherited = bool(owner) and owner != str(os.getpid()) and port == os.environ.get("MASTER_PORT")
+    if "RANK" not in os.environ or inherited:
+        port = str(_free_port())
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                          **{_LONE_GROUP: f"{os.getpid()}:{port}"})
     missing = [name for name in _LAUNCHER_VARIABLES if name not in os.environ]
     if missing:
         raise RuntimeError(f"the launcher set RANK but not {missing}; launch with torchrun or deepspeed")
