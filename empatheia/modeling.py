@@ -36,6 +36,7 @@ STAGE_GROUPS = {
     3: ("projectors", "style_disentangler"),
     4: ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler"),
 }
+_STANDARDIZER_BUFFERS = (".running_mean", ".running_var", ".updates")
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
 
 
@@ -81,7 +82,7 @@ class Empatheia(nn.Module):
             self.video_projector = Projector(self.video_encoder.hidden_size, width, config.projector.num_layers,
                                              config.projector.zero_init_output)
             self.content_synchronizer = ContentSynchronizer(config.content_synchronizer, width)
-            self.style_disentangler = StyleDisentangler(config.style_disentangler, width)
+            self.style_disentangler = StyleDisentangler(config.style_disentangler, width, lm_config.num_signal_tokens)
         self.processor = EmpatheiaProcessor(config, self.tokenizer, self.token_ids)
         self.register_buffer("_audio_signal_ids", torch.tensor(self.token_ids.audio_signals), persistent=False)
         self.register_buffer("_video_signal_ids", torch.tensor(self.token_ids.video_signals), persistent=False)
@@ -333,22 +334,36 @@ class Empatheia(nn.Module):
         if stage in (3, 4):
             style = self.style_disentangler(*self.signal_states(hidden, batch["input_ids"]))
             terms.update(self.style_losses(style, batch))
-        if stage == 1:
-            loss = terms["loss_emp"]
-        elif stage == 2:
-            loss = terms["loss_ccl"] + weights.kl_weight * terms["kl_content"]
-        elif stage == 3:
-            loss = terms["loss_sac"] + weights.kl_weight * terms["kl_style"]
-        else:
-            loss = (
-                terms["loss_emp"]
-                + weights.alpha * terms["loss_ccl"]
-                + weights.beta * terms["loss_sac"]
-                + weights.kl_weight * (terms["kl_content"] + terms["kl_style"])
-            )
-        if emotion_weight:
-            loss = loss + emotion_weight * terms["loss_chain_emotion"]
+        weighted = self.weighted_terms(terms, stage)
+        loss = sum(weighted.values())
+        if stage == 4:
+            # Each weighted term of eq. 13 is logged, so a term too small to train is seen.
+            terms.update({f"weighted_{name}": value.detach() for name, value in weighted.items()})
         return {"loss": loss, **terms}
+
+    def weighted_terms(self, terms: Dict[str, torch.Tensor], stage: int) -> Dict[str, torch.Tensor]:
+        """The summands of stage ``stage``'s loss, each with its weight applied: eq. 8
+        (stage 1), eq. 9 (2), eq. 12 (3) or eq. 13 (4) split into ``emp``, ``ccl``,
+        ``sal`` and ``cls`` (``sac = sal + cls`` carries β), plus the VAEs' ``kl`` and
+        ``chain_emotion`` where they apply. Their sum is the loss."""
+        weights = self.config.loss
+        if stage == 1:
+            out = {"emp": terms["loss_emp"]}
+        elif stage == 2:
+            out = {"ccl": terms["loss_ccl"], "kl": weights.kl_weight * terms["kl_content"]}
+        elif stage == 3:
+            out = {"sal": terms["loss_sal"], "cls": terms["loss_cls"], "kl": weights.kl_weight * terms["kl_style"]}
+        else:
+            out = {
+                "emp": terms["loss_emp"],
+                "ccl": weights.alpha * terms["loss_ccl"],
+                "sal": weights.beta * terms["loss_sal"],
+                "cls": weights.beta * terms["loss_cls"],
+                "kl": weights.kl_weight * (terms["kl_content"] + terms["kl_style"]),
+            }
+        if "loss_chain_emotion" in terms:
+            out["chain_emotion"] = weights.chain_emotion_weight * terms["loss_chain_emotion"]
+        return out
 
     def language_modeling_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Mean NLL of the target tokens. Logits are computed only at target positions,
@@ -378,9 +393,10 @@ class Empatheia(nn.Module):
         return F.cross_entropy(logits.float(), following[trained])
 
     def content_losses(self, content: ContentOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Eq. 9 as the mean squared error over valid rows and features of each modality."""
-        speech = _masked_mse(content.speech, batch["speech_content_target"], batch["speech_content_mask"], "speech_content")
-        video = _masked_mse(content.video, batch["video_content_target"], batch["video_content_mask"], "video_content")
+        """Eq. 9: each modality's squared distance, summed over features, averaged over
+        its valid rows (:func:`_squared_distance`)."""
+        speech = _squared_distance(content.speech, batch["speech_content_target"], batch["speech_content_mask"], "speech_content")
+        video = _squared_distance(content.video, batch["video_content_target"], batch["video_content_mask"], "video_content")
         return {
             "loss_ccl": speech + video,
             "loss_ccl_speech": speech,
@@ -389,10 +405,11 @@ class Empatheia(nn.Module):
         }
 
     def style_losses(self, style: StyleOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-        """Eq. 10 (mean squared error per modality) and eq. 11 (cross-entropy of the emotion
-        and of each profile attribute, summed)."""
-        sal_speech = _masked_mse(style.speech_style, batch["speech_style_target"], None, "speech_style")
-        sal_video = _masked_mse(style.video_style, batch["video_style_target"], None, "video_style")
+        """Eq. 10 (squared distance per modality, summed over features, averaged over the
+        batch) and eq. 11 (cross-entropy of the emotion and of each profile attribute,
+        summed)."""
+        sal_speech = _squared_distance(style.speech_style, batch["speech_style_target"], None, "speech_style")
+        sal_video = _squared_distance(style.video_style, batch["video_style_target"], None, "video_style")
         terms = {"loss_sal_speech": sal_speech, "loss_sal_video": sal_video, "loss_sal": sal_speech + sal_video}
         cls = _cross_entropy(style.emotion_logits, batch["emotion_label"])
         terms["loss_cls_emotion"] = cls
@@ -487,8 +504,11 @@ class Empatheia(nn.Module):
         for dialogue, response in zip(items, responses):
             avatar = self.avatars().for_profile(dialogue.listener_profile)
             response.avatar = avatar.key
+            response.avatar_profile = dict(avatar.profile or {})
+            response.voice_style = speech.describe_style(response.speech_style)
             response.audio = speech.synthesize(response.text, response.speech_content, response.speech_style, avatar)
             if animate:
+                response.face_style = talking_head.describe_style(response.video_style)
                 response.video = talking_head.animate(
                     response.audio, response.video_content, response.video_style, avatar.portrait
                 )
@@ -603,8 +623,12 @@ class Empatheia(nn.Module):
         for name in _TRAINED_MODULES:
             sub = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(name + ".")}
             result = getattr(self, name).load_state_dict(sub, strict=False)
-            if result.missing_keys or result.unexpected_keys:
-                problems.append(f"{name}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}")
+            # Weights saved before the signal standardisers existed lack their statistics;
+            # left at zero updates, the standardisers pass the states through as those
+            # weights were trained.
+            missing = [k for k in result.missing_keys if not k.endswith(_STANDARDIZER_BUFFERS)]
+            if missing or result.unexpected_keys:
+                problems.append(f"{name}: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
         known = (prefix,) + tuple(n + "." for n in _TRAINED_MODULES)
         stray = [k for k in state if not k.startswith(known)]
         if stray:
@@ -677,15 +701,19 @@ def _require_keys(batch: Dict[str, torch.Tensor], stage: int) -> None:
         raise KeyError(f"stage {stage} needs batch keys {missing}")
 
 
-def _masked_mse(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor], name: str) -> torch.Tensor:
+def _squared_distance(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor], name: str) -> torch.Tensor:
+    """Eqs. 9-10's squared Euclidean distance ``||pred - target||^2``, summed over the
+    feature dimensions and averaged over the valid rows: ``pred`` ``(B, L, D)`` with
+    ``mask`` ``(B, L)`` (content, one distance per unit) or ``(B, D)`` without (style,
+    one per item)."""
     target = target.to(pred.device, pred.dtype)
     if pred.shape[-1] != target.shape[-1] or (mask is None and pred.shape != target.shape):
         raise ValueError(f"{name}: prediction has shape {tuple(pred.shape)} but the target has {tuple(target.shape)}")
     if mask is None:
-        return F.mse_loss(pred, target)
-    mask = mask[:, : pred.shape[1]].to(pred.dtype).unsqueeze(-1)
+        return ((pred - target) ** 2).sum(-1).mean()
+    mask = mask[:, : pred.shape[1]].to(pred.dtype)
     target = target[:, : pred.shape[1]]
-    return ((pred - target) ** 2 * mask).sum() / (mask.sum() * pred.shape[-1]).clamp(min=1)
+    return (((pred - target) ** 2).sum(-1) * mask).sum() / mask.sum().clamp(min=1)
 
 
 def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

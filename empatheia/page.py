@@ -43,6 +43,17 @@ def _probability_table(prediction: "LabelPrediction", top: Optional[int] = None)
     return "\n".join(rows + ["</table>"])
 
 
+def _describe(values: dict) -> str:
+    def show(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.3g}"
+        if isinstance(value, dict):
+            return ", ".join(f"{k} {show(v)}" for k, v in value.items())
+        return str(value)
+
+    return "; ".join(f"{name.replace('_', ' ')}: {show(value)}" for name, value in values.items())
+
+
 def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"] = None) -> str:
     """The page as a string; it refers to ``response.wav`` and ``response.mp4`` beside it."""
     parts = [f"<!doctype html><html lang=en><meta charset=utf-8><title>Empatheia response</title><style>{_STYLE}</style>",
@@ -73,7 +84,17 @@ def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"]
     else:
         parts.append("<h2>Predicted emotion</h2>")
     parts.append(_probability_table(response.emotion))
+    agreement = response.style_agreement()
+    if agreement:
+        parts.append(f"<p>{escape(agreement)}</p>")
     if response.profile:
         profile = ", ".join(f"{escape(name)}: {escape(p.label)}" for name, p in response.profile.items())
         parts.append(f"<p>Avatar profile read from the dialogue: {profile}</p>")
+    if response.voice_style or response.face_style or response.avatar_profile:
+        parts.append("<h2>What the voice and face were given</h2><dl class=chain>")
+        for title, values in (("Avatar", response.avatar_profile), ("Voice", response.voice_style),
+                              ("Face", response.face_style)):
+            if values:
+                parts.append(f"<dt>{title}</dt><dd>{escape(_describe(values))}</dd>")
+        parts.append("</dl>")
     return "\n".join(parts) + "\n</html>\n"

@@ -59,6 +59,36 @@ class EmpatheticResponse:
     chain_emotion: Optional[LabelPrediction] = None
     """The speaker's emotion as the Chain of Empathy weighs it: the probabilities of
     ``language_model.chain_emotions`` at that step (``None`` without labels or step)."""
+    voice_style: Optional[Dict[str, object]] = None
+    """What the voice was asked for, as the speech generator reads ``speech_style``
+    (e.g. Piper's rate, pitch, energy; ``None`` until spoken, or for a generator whose
+    style is a learned embedding)."""
+    face_style: Optional[Dict[str, object]] = None
+    """What the face was asked for, as the talking head reads ``video_style`` (e.g. the
+    avatar renderer's emotion mix and intensity)."""
+    avatar_profile: Optional[Dict[str, object]] = None
+    """The profile (age, gender, timbre) of the avatar that spoke."""
+
+    def style_agreement(self) -> Optional[str]:
+        """A sentence saying how the Style Disentangler's emotion, which styles the voice
+        and the face, relates to the Chain of Empathy's, or ``None`` when the chain names
+        no emotion of the fold."""
+        from .data.emotions import UnknownEmotionError, fold_emotion
+
+        named = self.chain_emotion.label if self.chain_emotion is not None else self.chain.speaker_emotion
+        try:
+            folded = fold_emotion(named) if named else None
+        except UnknownEmotionError:
+            folded = None
+        if folded is None:
+            return None
+        if folded == self.emotion.label:
+            return f"The chain's emotion ({named}) and the voice and face's ({self.emotion.label}) agree."
+        return (
+            f"The chain names {named} ({folded}), while the Style Disentangler, which styles the voice and face, "
+            f"reads {self.emotion.label}: two readings of the same dialogue (the chain's from the words it wrote, "
+            "the Style Disentangler's from the signal tokens) that disagree here."
+        )
 
     def to_dict(self) -> dict:
         return {
@@ -71,6 +101,10 @@ class EmpatheticResponse:
             "generated_text": self.generated_text,
             "features": {name: list(getattr(self, name).shape) for name in _FEATURES},
             "avatar": self.avatar,
+            "avatar_profile": self.avatar_profile,
+            "voice_style": self.voice_style,
+            "face_style": self.face_style,
+            "style_agreement": self.style_agreement(),
             "audio": None if self.audio is None else {
                 "file": "response.wav", "sample_rate": self.audio.sample_rate, "seconds": round(self.audio.duration, 3)},
             "video": None if self.video is None else {

@@ -97,6 +97,11 @@ class SpeechGenerator(abc.ABC):
     def style_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
         """Gold S^s of each response recording: ``(style_dim,)`` each."""
 
+    def describe_style(self, style: torch.Tensor) -> Optional[dict]:
+        """What ``style`` ``(style_dim,)`` asks the voice for, in words and units a
+        person reads (``None`` where the style is a learned embedding)."""
+        return None
+
     def fingerprint(self) -> str:
         """Identifies the weights behind the gold features (stores built from other
         weights are refused)."""
@@ -138,6 +143,11 @@ class TalkingHeadGenerator(abc.ABC):
     @abc.abstractmethod
     def style_features(self, video: Sequence[PathLike]) -> List[torch.Tensor]:
         """Gold S^v of each response video: ``(style_dim,)`` each."""
+
+    def describe_style(self, style: torch.Tensor) -> Optional[dict]:
+        """What ``style`` ``(style_dim,)`` asks the face for, in words a person reads
+        (``None`` where the style is a learned embedding)."""
+        return None
 
     def fingerprint(self) -> str:
         return type(self).__name__

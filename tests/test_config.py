@@ -92,7 +92,7 @@ def test_paper_heads_run_at_full_size():
     from empatheia.heads import ContentSynchronizer, StyleDisentangler
 
     cs = ContentSynchronizer(config.content_synchronizer, 4096).eval()
-    sd = StyleDisentangler(config.style_disentangler, 4096).eval()
+    sd = StyleDisentangler(config.style_disentangler, 4096, config.language_model.num_signal_tokens).eval()
     with torch.no_grad():
         hidden = torch.randn(2, 24, 4096)
         mask = torch.ones(2, 24, dtype=torch.bool)

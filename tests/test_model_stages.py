@@ -15,7 +15,8 @@ EXPECTED_TERMS = {
     3: {"loss", "loss_sac", "loss_sal", "loss_sal_speech", "loss_sal_video", "loss_cls", "loss_cls_emotion",
         "loss_cls_age", "loss_cls_gender", "loss_cls_timbre", "kl_style"},
 }
-EXPECTED_TERMS[4] = EXPECTED_TERMS[1] | EXPECTED_TERMS[2] | EXPECTED_TERMS[3]
+EXPECTED_TERMS[4] = EXPECTED_TERMS[1] | EXPECTED_TERMS[2] | EXPECTED_TERMS[3] | {
+    "weighted_emp", "weighted_ccl", "weighted_sal", "weighted_cls", "weighted_kl"}
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3, 4])
@@ -89,6 +90,26 @@ def test_stage_four_is_equation_13(model):
     torch.testing.assert_close(parts[3]["loss"], out4["loss_sac"] + w.kl_weight * out4["kl_style"])
     torch.testing.assert_close(out4["loss_sac"], out4["loss_sal"] + out4["loss_cls"])
     assert (w.alpha, w.beta) == (0.2, 0.3)
+    # The logged weighted terms are eq. 13's summands and add up to the loss.
+    torch.testing.assert_close(out4["weighted_ccl"], w.alpha * out4["loss_ccl"])
+    torch.testing.assert_close(out4["weighted_sal"] + out4["weighted_cls"], w.beta * out4["loss_sac"])
+    weighted = sum(v for k, v in out4.items() if k.startswith("weighted_"))
+    torch.testing.assert_close(weighted, out4["loss"])
+
+
+def test_content_and_style_losses_are_squared_distances_summed_over_features(model):
+    # Eqs. 9-10: ||C - C_hat||^2 per unit (averaged over the valid units) and ||S - S_hat||^2
+    # per item, so each term grows with the feature width as the paper's distance does.
+    model.eval()
+    batch = full_batch(model)
+    with torch.no_grad():
+        out = model(batch, stage=4)
+        hidden = model.hidden_states(batch)
+        style = model.style_disentangler(*model.signal_states(hidden, batch["input_ids"]))
+    expected = ((style.speech_style - batch["speech_style_target"]) ** 2).sum(-1).mean()
+    torch.testing.assert_close(out["loss_sal_speech"], expected)
+    expected = ((style.video_style - batch["video_style_target"]) ** 2).sum(-1).mean()
+    torch.testing.assert_close(out["loss_sal_video"], expected)
 
 
 def test_language_loss_counts_only_target_tokens(model):

@@ -101,6 +101,34 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     return output_dir
 
 
+def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -> Path:
+    """Stand in for stage 1 with a language core trained before: write
+    ``output_dir/final`` as the ``preset`` model before training whose LoRA adapter and
+    signal-token rows (the parts stage 1 trains) come from ``weights`` (a trained
+    model's ``empatheia.safetensors``, e.g. the shipped one). Projectors and heads keep
+    their fresh initialisation, so stages 2-4 train them from scratch as after stage 1.
+    Returns ``output_dir``."""
+    from safetensors.torch import load_file
+
+    from empatheia import Empatheia
+
+    final = output_dir / "final"
+    if (final / "empatheia.safetensors").is_file():
+        print(f"[small] stage 1: {final} exists, skipped")
+        return output_dir
+    model = Empatheia.from_preset(preset, trained=False)
+    state = model.trained_state_dict()
+    source = load_file(str(weights))
+    core = {k: v for k, v in source.items() if k.startswith("language_model.")}
+    if set(core) != {k for k in state if k.startswith("language_model.")}:
+        raise ValueError(f"{weights}: its language-core keys do not match the {preset} preset's LoRA adapter and signal rows")
+    state.update(core)
+    model.load_trained_state_dict(state, source=str(weights))
+    model.save_pretrained(final)
+    print(f"[small] stage 1: the language core of {weights} in {final}")
+    return output_dir
+
+
 def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
     from empatheia.training import load_train_config
 
@@ -108,9 +136,13 @@ def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
     importlib.import_module(f"training.{recipe}").run(config, resume=resume)
 
 
+_STATISTICS = (".running_mean", ".running_var")
+
+
 def export_weights(final: Path, folder: Path, dtype=None) -> Path:
-    """``final/empatheia.safetensors`` with floating tensors cast to ``dtype`` (default
-    ``torch.float16``: half the size; loading casts back to the model's dtype) as
+    """``final/empatheia.safetensors`` with floating weights cast to ``dtype`` (default
+    ``torch.float16``: half the size; loading casts back to the model's dtype; running
+    statistics stay float32) as
     ``folder/empatheia.safetensors``, written whole then renamed."""
     import os
 
@@ -119,7 +151,9 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
 
     dtype = dtype or torch.float16
     state = load_file(str(final / "empatheia.safetensors"))
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    # Running statistics stay in float32: a half-precision mean of about 50 would round
+    # by more than the spread it standardises.
+    state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(_STATISTICS) else v for k, v in state.items()}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / "empatheia.safetensors"
@@ -168,6 +202,10 @@ def main(argv=None) -> None:
     parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--stages", default="1,2,3,4")
+    parser.add_argument("--stage1-from", type=Path, metavar="WEIGHTS",
+                        help="skip training stage 1: take the language core (LoRA and signal rows) of this "
+                             "empatheia.safetensors, or of the package's shipped weights with 'shipped'; "
+                             "stages 2-4 then train the projectors and heads from scratch")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a stage-config key for every stage, after this script's own "
                              "(e.g. mixed_precision=no, or model.overrides={loss.chain_emotion_weight: 0})")
@@ -183,14 +221,22 @@ def main(argv=None) -> None:
     stages = {int(s) for s in args.stages.split(",")}
 
     from empatheia.config import EmpatheiaConfig
+    from empatheia.modeling import shipped_weights
     from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
     from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file
     from generators import build_generators, gold_feature_extractors
 
     split = split_ed_file(args.ed, args.out / "ed")
-    previous = (run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset, extra=args.set,
-                          isolated=not args.in_process)
-                if 1 in stages else args.out / RECIPES[1])
+    if args.stage1_from is not None:
+        weights = shipped_weights(args.preset) if str(args.stage1_from) == "shipped" else args.stage1_from
+        if weights is None or not Path(weights).is_file():
+            parser.error(f"--stage1-from {args.stage1_from}: no such weights file")
+        previous = language_core_from(Path(weights), args.out / RECIPES[1], args.preset)
+    elif 1 in stages:
+        previous = run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset, extra=args.set,
+                             isolated=not args.in_process)
+    else:
+        previous = args.out / RECIPES[1]
     if not stages & {2, 3, 4}:
         return
     config = EmpatheiaConfig.from_preset(args.preset)

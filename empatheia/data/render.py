@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,51 @@ def video_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
     return style
 
 
+# ---------------------------------------------------------------------- real faces
+FACE_CLIP_EMOTIONS = {"angry": "angry", "contempt": "contempt", "disgusted": "disgusted", "fear": "fear",
+                      "happy": "happy", "sad": "sad", "surprised": "surprised", "neutral": "neutral"}
+"""MEAD's emotion names -> the classes they show (the seven of AvaMERG, and neutral)."""
+
+
+@dataclass(frozen=True)
+class FaceClip:
+    """A recorded face: ``actor`` showing ``emotion`` in the video file ``path``."""
+
+    actor: str
+    emotion: str
+    path: Path
+
+
+def read_face_clips(folder: PathLike) -> List[FaceClip]:
+    """The clips of a MEAD-style folder, ``<actor>_<view>_<emotion>_level<N>_<take>.mp4``
+    (e.g. ``W011_front_angry_level3_001.mp4``, as DreamTalk ships them), sorted by name.
+    A name that does not follow the pattern, or an emotion outside
+    :data:`FACE_CLIP_EMOTIONS`, is a :class:`DataError` naming the file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise DataError("face clip folder not found", file=folder)
+    clips = []
+    for path in sorted(folder.glob("*.mp4")):
+        parts = path.stem.split("_")
+        if len(parts) < 4 or not parts[3].startswith("level"):
+            raise DataError("expected a name <actor>_<view>_<emotion>_level<N>_<take>.mp4", file=path)
+        if parts[2] not in FACE_CLIP_EMOTIONS:
+            raise DataError(f"unknown emotion {parts[2]!r}; expected one of {sorted(FACE_CLIP_EMOTIONS)}", file=path)
+        clips.append(FaceClip(actor=parts[0], emotion=FACE_CLIP_EMOTIONS[parts[2]], path=path))
+    if not clips:
+        raise DataError("holds no .mp4 face clips", file=folder)
+    return clips
+
+
+def pick_face_clip(clips: Sequence[FaceClip], emotion: str, key: str) -> Optional[FaceClip]:
+    """One of ``clips`` showing ``emotion``, chosen by ``key`` (stable across runs), or
+    ``None`` when none shows it."""
+    matching = [c for c in clips if c.emotion == emotion]
+    if not matching:
+        return None
+    return matching[int(hashlib.sha256(key.encode()).hexdigest(), 16) % len(matching)]
+
+
 # ---------------------------------------------------------------------- rendering
 @dataclass
 class RenderSettings:
@@ -150,6 +196,13 @@ class RenderSettings:
     video_style_dim: int = 16
     speech_content_dim: int = 64
     video_content_dim: int = 32
+    face_clips: Tuple[FaceClip, ...] = ()
+    """Recorded faces (:func:`read_face_clips`) that the speaker shows instead of the
+    rendered avatar in a share of the conversations, so that the video encoder meets real
+    faces in training, not only drawn ones."""
+    real_face_share: float = 0.5
+    """Share of the conversations (by a hash of their id) whose speaker turns show a
+    recorded face of the conversation's emotion, when ``face_clips`` has one."""
 
 
 _WORKER: dict = {}
@@ -182,6 +235,8 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     profiles = {role: pooled_profile(conv_id, role) for role in ("speaker", "listener")}
     folder = Path(out_dir) / "clips" / _safe(conv_id)
     folder.mkdir(parents=True, exist_ok=True)
+    draw = int(hashlib.sha256(f"real-face:{conv_id}".encode()).hexdigest(), 16) % 10_000 / 10_000
+    real_faces = draw < settings.real_face_share
     turns = []
     for index, (text, role) in enumerate(zip(utterances, roles)):
         shown, intensity = (emotion, SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[emotion]
@@ -198,7 +253,17 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
             os.replace(audio_tmp, stem.with_suffix(".wav"))
             os.replace(video_tmp, stem.with_suffix(".mp4"))
         relative = stem.relative_to(out_dir)
-        turns.append({"role": role, "text": text, "audio": f"{relative}.wav", "video": f"{relative}.mp4"})
+        turn = {"role": role, "text": text, "audio": f"{relative}.wav", "video": f"{relative}.mp4"}
+        clip = pick_face_clip(settings.face_clips, emotion, f"{conv_id}/{index}") if role == "speaker" and real_faces else None
+        if clip is not None:
+            # The recorded face replaces the drawn one; the voice stays the rendered one.
+            face = folder / f"utt{index}_face{clip.path.suffix}"
+            if not face.is_file():
+                shutil.copyfile(clip.path, folder / f".utt{index}_face.tmp")
+                os.replace(folder / f".utt{index}_face.tmp", face)
+            turn["video"] = str(face.relative_to(out_dir))
+            turn["face_clip"] = clip.path.name
+        turns.append(turn)
     examples = []
     for i in range(1, len(turns)):
         if turns[i]["role"] != "listener":
@@ -210,7 +275,8 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
                 "speaker": profiles["speaker"],
                 "listener": profiles["listener"],
                 "emotion": record["emotion"],
-                "history": turns[:i],
+                "history": [{k: v for k, v in t.items() if k != "face_clip"} for t in turns[:i]],
+                "face_clips": sorted({t["face_clip"] for t in turns[:i] if "face_clip" in t}),
                 "response": {k: turns[i][k] for k in ("text", "audio", "video")},
                 # The chain names ED's emotion as stage 1's ED examples do; without it,
                 # stage 4 taught the core to skip the emotion step (measured on `small`).

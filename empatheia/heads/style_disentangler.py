@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..config import StyleDisentanglerConfig
+from .signal_norm import SignalStandardizer
 from .transformer_vae import TransformerVAE, feed_forward
 
 
@@ -34,13 +35,22 @@ class StyleDisentangler(nn.Module):
     One shared Transformer VAE (Enc^SD, Dec^SD) is read with four sets of learned queries,
     q_e^s, q_p^s, q_e^v, q_p^v, giving emotion and profile features per modality; the four
     passes run as one batched call. Each modality's style layer maps E ⊕ P to its
-    generator's style width.
+    generator's style width. The signal states are first standardised per position
+    (:class:`SignalStandardizer`): the dialogue moves them little against what the
+    position alone fixes.
+
+    Args:
+        config: the head's sizes and labels.
+        input_dim: width of the language model's hidden states.
+        num_signals: signal tokens per modality (``language_model.num_signal_tokens``).
     """
 
-    def __init__(self, config: StyleDisentanglerConfig, input_dim: int):
+    def __init__(self, config: StyleDisentanglerConfig, input_dim: int, num_signals: int):
         super().__init__()
         self.config = config
         d, q = config.d_model, config.num_queries
+        self.speech_norm = SignalStandardizer(num_signals, input_dim)
+        self.video_norm = SignalStandardizer(num_signals, input_dim)
         self.speech_ffn = feed_forward(input_dim, d)
         self.video_ffn = feed_forward(input_dim, d)
         self.vae = TransformerVAE(d, config.num_heads, config.num_layers, config.ffn_dim, config.latent_dim, config.dropout)
@@ -63,8 +73,8 @@ class StyleDisentangler(nn.Module):
         """
         b = speech_signal.shape[0]
         dtype = self.queries.dtype
-        speech = self.speech_ffn(speech_signal.to(dtype))
-        video = self.video_ffn(video_signal.to(dtype))
+        speech = self.speech_ffn(self.speech_norm(speech_signal).to(dtype))
+        video = self.video_ffn(self.video_norm(video_signal).to(dtype))
         source = torch.cat([speech, speech, video, video], dim=0)  # (4B, n, d)
         queries = self.queries.repeat_interleave(b, dim=0)  # (4B, q, d)
         out = self.vae(source, queries)
