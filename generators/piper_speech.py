@@ -239,6 +239,25 @@ def profile_variant(profile: dict, seed: int, band: float) -> VoiceVariant:
     )
 
 
+def profile_style(profile: dict, style_dim: int) -> torch.Tensor:
+    """``(style_dim,)`` S^s of a profile's register without an avatar's jitter: the rate,
+    pitch and formant z-scores of its age, gender and timbre (the other dims 0), what a
+    style asks for to sound like such a speaker."""
+    pitch, formant, rate = _BASE
+    for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre")):
+        p, f, r = table.get(_label((profile or {}).get(key)), (1.0, 1.0, 1.0))
+        pitch, formant, rate = pitch * p, formant * f, rate * r
+    register = prosody.Prosody(
+        rate=rate,
+        pitch_hz=pitch,
+        pitch_range=_NORMS["pitch_range"][0],
+        energy_db=_NORMS["energy"][0],
+        pause_ratio=_NORMS["pause_ratio"][0],
+        formant_st=FORMANT_GAIN_ST * float(np.log2(np.clip(formant, 0.85, 1.3))),
+    )
+    return encode_style(register, style_dim)
+
+
 class PiperSpeech(SpeechGenerator):
     """Piper ``en_US-joe-medium`` + prosody control (see the module docstring).
 
