@@ -205,6 +205,10 @@ def head_shifts(frames: np.ndarray) -> np.ndarray:
     reference = np.ascontiguousarray(grey[0])
     for _ in range(2):
         shifts = np.array([cv2.phaseCorrelate(reference, g, window)[0] for g in grey])  # one FFT pair per frame
+        # A frame whose mouth or lids changed most can lock onto the wrong peak; a head
+        # path is smooth, so a shift over 3 px from its 5-frame median is such a miss.
+        local = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(shifts, ((2, 2), (0, 0)), mode="edge"), 5, axis=0), axis=-1)
+        shifts = np.where(np.abs(shifts - local) > 3.0, local, shifts)
         shifts -= shifts.mean(axis=0)
         reference = np.median(np.stack([move_head(g, -d) for g, d in zip(grey, shifts)]), axis=0).astype(np.float32)
     return shifts
