@@ -38,7 +38,7 @@ def main() -> None:
                 (EMOTIONS[cid], SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[EMOTIONS[cid]]
             )
             avatar = avatars.for_profile(profile)
-            wave = speech.synthesize(utterance["utterance"], None, speech_style(shown, intensity, speech.features.style_dim), avatar)
+            wave = speech.synthesize(utterance["utterance"], None, speech_style(shown, intensity, speech.features.style_dim, profile), avatar)
             video = head.animate(wave, None, video_style(shown, intensity, head.features.style_dim), avatar.portrait)
             stem = out / f"dia{cid}utt{utterance['index']}_{profile['ID']}"
             write_wav(stem.with_suffix(".wav"), wave.samples, wave.sample_rate)

