@@ -767,6 +767,28 @@ class AvatarRenderer(TalkingHeadGenerator):
             frames[i] = move_head(draw_features(base, expression, opening[i], roundness[i], blinks[i], gaze=gaze), path[i])
         return VideoFrames(torch.from_numpy(frames), self.fps)
 
+    def describe_style(self, style: torch.Tensor) -> dict:
+        """The face ``style`` ``(style_dim,)`` asks for: its strongest emotion, the mix of
+        emotions (weights summing to 1, those under 5 % left out), the intensity, and
+        where the style has the dims, the gaze ``(x, y)`` in [-1, 1] and the head motion."""
+        z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0).numpy()
+        weights = np.clip(z[: len(EMOTIONS)], 0.0, None)
+        intensity = float(np.clip(z[len(EMOTIONS)], 0.0, 1.0))
+        if weights.sum() <= 1e-6 or intensity <= 0.0:
+            described = {"emotion": "neutral", "intensity": 0.0}
+        else:
+            shares = weights / weights.sum()
+            described = {
+                "emotion": EMOTIONS[int(shares.argmax())],
+                "mix": {name: round(float(w), 3) for name, w in zip(EMOTIONS, shares) if w >= 0.05},
+                "intensity": round(intensity, 3),
+            }
+        if self.features.style_dim > GAZE_Y:
+            described["gaze"] = [round(v, 3) for v in gaze_from_style(style)]
+        if self.features.style_dim > HEAD_MOTION:
+            described["head_motion"] = round(head_motion_from_style(style), 3)
+        return described
+
     def prepare_portrait(self, portrait: np.ndarray) -> np.ndarray:
         """The portrait at ``size`` with its own eyes, brows and mouth painted out."""
         import cv2

@@ -357,6 +357,19 @@ class PiperSpeech(SpeechGenerator):
             out.append(encode_style(prosody.measure(wave, prosody.ANALYSIS_RATE), self.features.style_dim))
         return out
 
+    def describe_style(self, style: torch.Tensor) -> dict:
+        """The prosody ``style`` ``(style_dim,)`` asks for (before the avatar's register
+        pulls pitch, formant and rate towards its own): rate in change events per
+        second, median pitch in Hz, pitch range in semitones, energy in dBFS, the share
+        of pauses and the formant shift in semitones."""
+        request = decode_style(style)
+        described = {"rate_per_s": round(request.rate, 2), "pitch_hz": round(request.pitch_hz, 1),
+                     "pitch_range_st": round(request.pitch_range, 2), "energy_dbfs": round(request.energy_db, 1),
+                     "pause_ratio": round(request.pause_ratio, 3)}
+        if self.features.style_dim > DESCRIPTORS.index("formant"):
+            described["formant_st"] = round(request.formant_st, 2)
+        return described
+
     def measure(self, speech: Waveform) -> torch.Tensor:
         """S^s of a waveform in memory (what ``style_features`` gives for its file)."""
         wave = speech.samples.detach().float().cpu().numpy()

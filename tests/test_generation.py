@@ -204,3 +204,36 @@ def test_the_page_shows_the_chains_most_likely_emotions_first(tiny, tmp_path):
     assert page.index("<td>label1</td>") < page.index("<td>label4</td>") < page.index("<td>label9</td>")
     assert '<tr class=top><td>label1</td><td>30.0%</td>' in page
     assert "Style Disentangler" in page and f"<td>{response.emotion.label}</td>" in page
+
+
+def test_response_and_page_say_what_the_voice_and_face_were_given(tiny, tmp_path):
+    response = tiny.respond(_dialogue("My dog died this morning."), max_new_tokens=4, animate=True)
+    speech, head = tiny.generators()
+    # What the generators were handed, in their own terms: the same request they realise.
+    assert response.voice_style == speech.describe_style(response.speech_style)
+    assert response.face_style == head.describe_style(response.video_style)
+    assert set(response.voice_style) >= {"rate_per_s", "pitch_hz", "energy_dbfs", "pause_ratio"}
+    assert response.face_style["emotion"] in ("neutral", "sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted")
+    assert response.avatar_profile["gender"] == "female"
+    out = response.save(tmp_path / "answer")
+    data = json.loads((out / "response.json").read_text())
+    assert data["voice_style"] == response.voice_style and data["face_style"] == response.face_style
+    assert data["avatar_profile"]["gender"] == "female"
+    page = (out / "index.html").read_text()
+    assert "What the voice and face were given" in page and "pitch hz" in page
+
+
+def test_a_style_that_disagrees_with_the_chain_says_so(tiny):
+    from empatheia.prompts import ChainOfEmpathy
+    from empatheia.response import LabelPrediction
+
+    response = tiny.respond(_dialogue("My dog died this morning."), max_new_tokens=4)
+    response.chain = ChainOfEmpathy(speaker_emotion="devastated")
+    response.chain_emotion = None
+    response.emotion = LabelPrediction("happy", {"happy": 0.6, "sad": 0.4})
+    note = response.style_agreement()
+    assert "devastated (sad)" in note and "reads happy" in note and "disagree" in note
+    response.emotion = LabelPrediction("sad", {"happy": 0.4, "sad": 0.6})
+    assert "agree" in response.style_agreement() and "disagree" not in response.style_agreement()
+    response.chain = ChainOfEmpathy(speaker_emotion="blorp")
+    assert response.style_agreement() is None  # no emotion of the fold: nothing to compare

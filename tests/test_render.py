@@ -141,7 +141,10 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     stage3 = tmp_path / "run" / "stage3_sac" / "final" / "empatheia.safetensors"
     full, half = load_file(str(stage3)), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
     assert full.keys() == half.keys()
-    assert all(torch.equal(half[k], full[k].half() if full[k].is_floating_point() else full[k]) for k in full)
+    # Weights in half precision; the signal standardisers' running statistics stay float32.
+    kept = {k for k in full if k.endswith((".running_mean", ".running_var"))}
+    assert kept and all(half[k].dtype == torch.float32 and torch.equal(half[k], full[k]) for k in kept)
+    assert all(torch.equal(half[k], full[k].half() if full[k].is_floating_point() else full[k]) for k in full if k not in kept)
     # ... and not stage 4's, which trained further (so --export-stage chose).
     stage4 = load_file(str(final / "empatheia.safetensors"))
     assert any(not torch.equal(half[k], stage4[k].half()) for k in stage4 if stage4[k].is_floating_point())
@@ -176,3 +179,40 @@ def test_a_small_preset_stage_that_fails_in_its_process_names_itself(tmp_path, c
         small_preset.run_stage(1, tmp_path, tmp_path / "missing.jsonl", steps=1, preset="tiny")
     assert "missing.jsonl" in capfd.readouterr().err  # the child's own error reached the console
     assert not (tmp_path / "stage1_coe" / "final").exists()
+
+
+MEAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "media" / "mead_faces" / "video"
+
+
+@pytest.mark.skipif(not MEAD.is_dir(), reason="needs ../shared/data (real MEAD face clips)")
+def test_speakers_show_recorded_faces_of_the_conversations_emotion(tmp_path):
+    from empatheia.data.render import RenderSettings, read_face_clips
+
+    clips = [c for c in read_face_clips(MEAD) if c.actor != "W011"]  # one actor held out
+    assert {c.emotion for c in clips} == {"sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted", "neutral"}
+    settings = RenderSettings(speech_style_dim=16, video_style_dim=16, face_clips=tuple(clips), real_face_share=1.0)
+    path = render_ed_conversations(_write(tmp_path / "ed.jsonl", CONVERSATIONS[1:]), tmp_path / "rendered",
+                                   settings, progress=False)
+    record = json.loads(path.read_text().splitlines()[0])
+    shown = record["face_clips"]
+    assert len(shown) == 1 and "_sad_" in shown[0] and not shown[0].startswith("W011")  # devastated -> sad
+    speaker = record["history"][0]
+    assert speaker["video"].endswith("_face.mp4") and speaker["audio"].endswith(".wav")
+    copied = tmp_path / "rendered" / speaker["video"]
+    assert copied.read_bytes() == (MEAD / shown[0]).read_bytes()
+    assert record["response"]["video"].endswith("utt1.mp4")  # the listener stays the rendered avatar
+    corpus = read_dataset(path)
+    assert corpus[0].turns[0].video == copied
+
+
+def test_face_clip_names_that_do_not_parse_name_the_file(tmp_path):
+    from empatheia.data.render import read_face_clips
+    from empatheia.errors import DataError
+
+    (tmp_path / "W001_front_bored_level3_001.mp4").write_bytes(b"")
+    with pytest.raises(DataError, match="W001_front_bored_level3_001.mp4.*unknown emotion 'bored'"):
+        read_face_clips(tmp_path)
+    (tmp_path / "W001_front_bored_level3_001.mp4").unlink()
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    with pytest.raises(DataError, match="clip.mp4"):
+        read_face_clips(tmp_path)
