@@ -32,8 +32,10 @@ class EmpatheticResponse:
     """One multimodal empathetic response.
 
     The tensors are the signals for the generators: ``speech_content`` ``(Ls, D_cs)`` and
-    ``speech_style`` ``(D_ss,)`` for the speech generator, ``video_content`` ``(Lv, D_cv)``
-    and ``video_style`` ``(D_sv,)`` for the talking-head generator.
+    ``speech_style`` ``(D_ss,)`` for the speech generator, ``video_content`` ``(Ls, D_cv)``
+    (one row per speech content unit, like ``speech_content``; the talking head spreads
+    the rows over frames by ``audio.alignment``) and ``video_style`` ``(D_sv,)`` for the
+    talking-head generator.
     """
 
     text: str

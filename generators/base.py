@@ -259,12 +259,121 @@ class _GoldFeature:
         return getattr(self._generator, self._method)(items)
 
 
+ALIGNMENT_SUFFIX = ".align.npy"
+"""Beside a rendered clip ``uttN.wav``, ``uttN.align.npy`` holds its alignment."""
+
+
+def alignment_path(audio: PathLike) -> Path:
+    """Where the alignment of the clip ``audio`` is kept: ``<stem>.align.npy`` beside it."""
+    audio = Path(audio)
+    return audio.with_name(audio.stem + ALIGNMENT_SUFFIX)
+
+
+def alignment_runs(alignment: torch.Tensor) -> np.ndarray:
+    """``(T,)`` per-sample labels -> ``(R, 3)`` int64 rows ``[unit, start, end)`` of its
+    runs (the compact form kept on disk; silence runs have unit -1)."""
+    labels = alignment.long().cpu().numpy()
+    if labels.size == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], labels[1:] != labels[:-1]]))
+    ends = np.concatenate([starts[1:], [labels.size]])
+    return np.stack([labels[starts], starts, ends], axis=1).astype(np.int64)
+
+
+def alignment_from_runs(runs: np.ndarray, samples: int) -> torch.Tensor:
+    """``(R, 3)`` rows ``[unit, start, end)`` -> ``(samples,)`` int64 labels, -1 where no
+    run covers a sample."""
+    runs = np.asarray(runs, dtype=np.int64).reshape(-1, 3)
+    labels = np.full(samples, -1, dtype=np.int64)
+    lengths = np.clip(np.minimum(runs[:, 2], samples) - runs[:, 1], 0, None)
+    positions = np.repeat(runs[:, 1], lengths) + (np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths))
+    labels[positions] = np.repeat(runs[:, 0], lengths)
+    return torch.from_numpy(labels)
+
+
+class _SpeechUnits:
+    """Gold ``speech_units`` of a response text: ``(Ls, 1)`` int64 unit ids (a column,
+    since the store keeps ``(L, D)`` sequences)."""
+
+    name, input = "speech_units", "text"
+
+    def __init__(self, speech: SpeechGenerator):
+        self._speech = speech
+
+    def fingerprint(self) -> str:
+        return f"{self._speech.fingerprint()}:content_units"
+
+    def __call__(self, texts):
+        return [self._speech.content_units(text).reshape(-1, 1) for text in texts]
+
+
+class _UnitVideoContent:
+    """Gold C^v of a response recording, one row per speech unit of its text: the
+    talking head's per-frame content averaged over each unit's samples
+    (:func:`unit_means`).
+
+    The unit timing comes from the clip's alignment sidecar (:func:`alignment_path`),
+    which ``empatheia data render`` writes for every clip it synthesises. A recording
+    without one (real speech) gets the documented fallback: the text's units spread
+    evenly over the recording's speaking frames (:func:`generators.prosody.speech_mask`),
+    a rough timing that keeps per-unit targets defined."""
+
+    name, input = "video_content", "speech"
+
+    def __init__(self, speech: SpeechGenerator, talking_head: TalkingHeadGenerator):
+        self._speech, self._head = speech, talking_head
+
+    def fingerprint(self) -> str:
+        return f"{self._head.fingerprint()}:unit_content-v1:{self._speech.fingerprint()}"
+
+    def __call__(self, items):
+        import soundfile
+
+        from empatheia.errors import DataError
+
+        from . import prosody
+
+        out = []
+        frames_all = self._head.content_features([path for _, path in items])
+        for (text, path), frames in zip(items, frames_all):
+            count = self._speech.content_length(text)
+            if count < 1:
+                raise DataError(f"text {text!r} has no speech units", field="text")
+            sidecar = alignment_path(path)
+            if sidecar.is_file():
+                info = soundfile.info(str(path))
+                alignment = alignment_from_runs(np.load(sidecar), info.frames)
+                rate = info.samplerate
+                top = int(alignment.max())
+                if top >= count:
+                    raise DataError(
+                        f"alignment names unit {top} but the text reads as {count} units", file=sidecar, field="alignment"
+                    )
+            else:
+                from empatheia.media import load_audio
+
+                wave = load_audio(path, prosody.ANALYSIS_RATE).numpy()
+                speaking = prosody.speech_mask(prosody.frame_db(wave, prosody.ANALYSIS_RATE))
+                rate = prosody.ANALYSIS_RATE
+                alignment = even_alignment(speaking, count, wave.shape[0], rate, prosody.HOP)
+            if not bool((alignment >= 0).any()):
+                raise DataError("the recording has no speaking samples to pool", file=path, field="audio")
+            out.append(unit_means(frames, alignment, rate, self._head.fps, count))
+        return out
+
+
 def gold_feature_extractors(speech: SpeechGenerator, talking_head: TalkingHeadGenerator) -> list:
-    """The four gold features of stages 2-4 as extractors for
-    :func:`empatheia.data.extract_gold_features`."""
-    return [
+    """The gold features of stages 2-4 as extractors for
+    :func:`empatheia.data.extract_gold_features`: ``speech_content`` (text),
+    ``speech_style`` (audio), ``video_content`` per speech unit (text and audio: see
+    :class:`_UnitVideoContent`), ``video_style`` (video), and with a speech generator that
+    gives unit ids, ``speech_units`` (text)."""
+    extractors = [
         _GoldFeature("speech_content", "text", speech, "content_features"),
         _GoldFeature("speech_style", "audio", speech, "style_features"),
-        _GoldFeature("video_content", "audio", talking_head, "content_features"),
+        _UnitVideoContent(speech, talking_head),
         _GoldFeature("video_style", "video", talking_head, "style_features"),
     ]
+    if speech.unit_vocab_size > 0:
+        extractors.append(_SpeechUnits(speech))
+    return extractors
