@@ -542,7 +542,11 @@ def _locate(error: DataError, source: FeatureSource, extractor: GoldFeatureExtra
     file = error.file
     if file is None and extractor.input != "text":
         file = _input_of(source, "audio" if extractor.input == "speech" else extractor.input)
-    located = DataError(f"{extractor.name}: {error.reason}", file=file, record=source.key, field=extractor.input)
+    field = extractor.input
+    if field == "speech":
+        # Of the text and the recording it reads, name the one the error is about.
+        field = error.field if error.field in ("text", "audio") else "audio"
+    located = DataError(f"{extractor.name}: {error.reason}", file=file, record=source.key, field=field)
     located.__cause__ = error
     return located
 
