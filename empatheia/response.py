@@ -32,8 +32,10 @@ class EmpatheticResponse:
     """One multimodal empathetic response.
 
     The tensors are the signals for the generators: ``speech_content`` ``(Ls, D_cs)`` and
-    ``speech_style`` ``(D_ss,)`` for the speech generator, ``video_content`` ``(Lv, D_cv)``
-    and ``video_style`` ``(D_sv,)`` for the talking-head generator.
+    ``speech_style`` ``(D_ss,)`` for the speech generator, ``video_content`` ``(Ls, D_cv)``
+    (one row per speech content unit, like ``speech_content``; the talking head spreads
+    the rows over frames by ``audio.alignment``) and ``video_style`` ``(D_sv,)`` for the
+    talking-head generator.
     """
 
     text: str
@@ -50,7 +52,9 @@ class EmpatheticResponse:
     """Everything the language model wrote, chain included."""
     audio: Optional["Waveform"] = None
     """The spoken response (``respond(speak=True)``): ``audio.samples`` ``(T,)`` at
-    ``audio.sample_rate``."""
+    ``audio.sample_rate``, and ``audio.alignment`` ``(T,)`` (the row of
+    ``speech_content``/``video_content`` sounding at each sample, -1 in silence) when the
+    speech generator reports it."""
     video: Optional["VideoFrames"] = None
     """The talking head (``respond(animate=True)``): ``video.frames`` ``(F, H, W, 3)``
     uint8 at ``video.fps``."""
@@ -99,7 +103,7 @@ class EmpatheticResponse:
             "chain_emotion": None if self.chain_emotion is None else self.chain_emotion.to_dict(),
             "profile": {name: p.to_dict() for name, p in self.profile.items()},
             "generated_text": self.generated_text,
-            "features": {name: list(getattr(self, name).shape) for name in _FEATURES},
+            "features": {name: list(value.shape) for name, value in self._features().items()},
             "avatar": self.avatar,
             "avatar_profile": self.avatar_profile,
             "voice_style": self.voice_style,
@@ -130,11 +134,20 @@ class EmpatheticResponse:
             write_mp4(directory / "response.mp4", self.video.frames, self.video.fps, audio, rate)
         (directory / "response.json").write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
         (directory / "index.html").write_text(response_page(self, dialogue), encoding="utf-8")
-        save_file(
-            {name: getattr(self, name).detach().float().contiguous().cpu() for name in _FEATURES},
-            str(directory / "features.safetensors"),
-        )
+        save_file(self._features(), str(directory / "features.safetensors"))
         return directory
+
+    def _features(self) -> dict:
+        """What ``features.safetensors`` holds: the four generator signals (float32) and,
+        when the speech has an alignment, ``speech_alignment`` ``(R, 3)`` int64 run-length
+        rows ``[unit, start_sample, end_sample)`` (the rows of ``video_content`` the
+        talking head spread over the frames)."""
+        features = {name: getattr(self, name).detach().float().contiguous().cpu() for name in _FEATURES}
+        if self.audio is not None and self.audio.alignment is not None:
+            from generators.base import alignment_runs
+
+            features["speech_alignment"] = torch.from_numpy(alignment_runs(self.audio.alignment))
+        return features
 
 
 _FEATURES = ("speech_content", "speech_style", "video_content", "video_style")

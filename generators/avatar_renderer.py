@@ -40,7 +40,11 @@ outline and opening) -> expression parameters by a linear map fitted on faces th
 renderer draws, the median over frames (the 10th percentile for the jaw, which speech
 opens further), then non-negative least squares onto the emotion directions.
 
-Content layout (``content_dim >= 3``), one row per 25 fps video frame of the speech::
+Content layout (``content_dim >= 3``), measured per 25 fps video frame of the speech
+(:func:`audio_content`); the model's C^v has one row per speech content unit, the mean
+of these over the unit's frames (:meth:`AvatarRenderer.unit_content`), and
+:meth:`AvatarRenderer.animate` spreads it back over the frames by the speech's
+alignment, closing the mouth wherever the speech is silence::
 
     col 0     loudness: frame power in dB, 0 at 50 dB under the utterance's loud frames,
               1 at them (clipped to [0, 1]); it opens the mouth
@@ -60,7 +64,7 @@ import numpy as np
 import torch
 
 from . import prosody
-from .base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, resample_rows
+from .base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows, unit_means
 from .features import GeneratorFeatures
 
 EMOTIONS = ("sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted")
@@ -734,6 +738,14 @@ class AvatarRenderer(TalkingHeadGenerator):
             out.append(torch.from_numpy(audio_content(wave, prosody.ANALYSIS_RATE, count, self.features.content_dim)))
         return out
 
+    def unit_content(self, speech: Waveform, count: int) -> torch.Tensor:
+        """Gold per-unit C^v of a waveform with an alignment: ``(count, content_dim)``,
+        the mean of :meth:`speech_content`'s frames over each unit's samples
+        (:func:`generators.base.unit_means`)."""
+        if speech.alignment is None:
+            raise ValueError("unit_content needs speech.alignment")
+        return unit_means(self.speech_content(speech), speech.alignment, speech.sample_rate, self.fps, count)
+
     def speech_content(self, speech: Waveform) -> torch.Tensor:
         """C^v of a waveform in memory: ``(frame_count(speech), content_dim)``."""
         samples = speech.samples.detach().float().cpu().numpy()
@@ -748,17 +760,30 @@ class AvatarRenderer(TalkingHeadGenerator):
         style: torch.Tensor,
         portrait: np.ndarray,
     ) -> VideoFrames:
+        """Frames spanning ``speech``; ``content`` is ``(Ls, content_dim)`` per speech unit
+        when ``speech.alignment`` is given (each frame takes the unit sounding at its
+        centre, and frames in silence keep the mouth closed), a per-frame time series
+        (resampled to ``frame_count``) without one, or ``None`` (derived from the speech)."""
         count = self.frame_count(speech)
+        silent = np.zeros(count, dtype=bool)
         if content is None:
             content = self.speech_content(speech)
         else:
             if content.dim() != 2 or content.shape[1] != self.features.content_dim:
                 raise ValueError(f"video content must be (L, {self.features.content_dim}), got {tuple(content.shape)}")
-            content = resample_rows(content.detach().float().cpu(), count)
+            content = content.detach().float().cpu()
+            if speech.alignment is not None:
+                content, labels = expand_units(content, speech, count, self.fps, torch.zeros(content.shape[1]))
+                silent = labels.numpy() < 0
+            else:
+                content = resample_rows(content, count)
         if style.shape[-1] != self.features.style_dim:
             raise ValueError(f"video style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
         expression = expression_from_style(style)
         opening, roundness = mouth_drive(content.numpy())
+        # Silence closes the mouth whatever C^v says: the jaw smoothing would otherwise
+        # carry a neighbour's opening into the pause.
+        opening, roundness = np.where(silent, 0.0, opening), np.where(silent, 0.0, roundness)
         base = self.prepare_portrait(portrait)
         blinks = self._blinks(count, base)
         gaze, path = gaze_from_style(style), self._head_path(count, style, base)

@@ -34,6 +34,15 @@ pitch is set (which moves every formant by that factor; the pitch shift that fol
 keeps them).
 Requests outside what the voice can do are clamped (:data:`FEASIBLE`).
 
+Alignment: every waveform carries ``alignment`` ``(T,)``, the row of C^s (0..Ls-1)
+sounding at each sample, -1 in silence the generator added (sentence gaps, pauses it
+opened, leading and trailing silence). Piper's VITS graph computes the decoder frames of
+each input id (the ``Ceil`` of its duration predictor); :meth:`PiperSpeech._piper` asks
+the graph for that tensor as an extra output, so the alignment is the one the decoder
+used, not a re-estimate. Each phoneme is followed by Piper's blank id, whose frames
+belong to that phoneme; BOS, the first blank and EOS are -1. Every later step that
+changes timing (timbre resampling, pause re-timing) applies the same edit to the labels.
+
 Content layout: one row per phoneme Piper reads (espeak IPA symbols, word spaces and
 punctuation included; the BOS/EOS/padding ids Piper adds are not counted), each the fixed
 embedding of its Piper phoneme id: a seeded normal vector of width ``content_dim`` scaled
@@ -319,9 +328,11 @@ class PiperSpeech(SpeechGenerator):
         self.rate_tolerance = float(rate_tolerance)
         # Model bytes are kept so that each utterance gets a fresh, seeded session
         # (onnxruntime seeds a session's random ops once, when it is created).
-        self._model_bytes = self.model_path.read_bytes()
+        self._model_bytes = _with_duration_output(self.model_path.read_bytes())
+        self.hop_length = int(json.loads(config_path.read_text()).get("audio", {}).get("hop_length", DEFAULT_HOP_LENGTH))
         self._session_lock = threading.Lock()
         table_size = max(max(ids) for ids in self.voice.config.phoneme_id_map.values()) + 1
+        self.unit_vocab_size = int(table_size)
         rng = np.random.default_rng(0x5EED)
         self._embedding = (rng.standard_normal((table_size, content_dim)) / np.sqrt(content_dim)).astype(np.float32)
 
@@ -333,6 +344,11 @@ class PiperSpeech(SpeechGenerator):
 
     def content_length(self, text: str) -> int:
         return sum(len(ids) for ids in self._phoneme_ids(text))
+
+    def content_units(self, text: str) -> torch.Tensor:
+        """``(Ls,)`` int64 Piper phoneme ids of ``text``, in the order of C^s's rows (ids
+        are below :attr:`unit_vocab_size`)."""
+        return torch.tensor([i for sentence in self._phoneme_ids(text) for i in sentence], dtype=torch.long)
 
     def content_features(self, texts: Sequence[str]) -> List[torch.Tensor]:
         """``(Ls, content_dim)`` float32 per text; an empty reading is a ``DataError``."""
@@ -419,8 +435,8 @@ class PiperSpeech(SpeechGenerator):
         pitch_target, formant_target, rate_target = self.voice_variant(avatar).realise(request)
         seed = int.from_bytes(hashlib.sha256(f"{avatar.seed()}:{text}".encode()).digest()[:4], "little")
 
-        wave = self._render(sentences, seed, formant_factor(formant_target), request, pitch_target, rate_target)
-        return Waveform(torch.from_numpy(wave.astype(np.float32)), self.sample_rate)
+        wave, labels = self._render(sentences, seed, formant_factor(formant_target), request, pitch_target, rate_target)
+        return Waveform(torch.from_numpy(wave.astype(np.float32)), self.sample_rate, torch.from_numpy(labels))
 
     def _render(
         self,
@@ -430,28 +446,33 @@ class PiperSpeech(SpeechGenerator):
         request: prosody.Prosody,
         pitch_hz: float,
         rate: float,
-    ) -> np.ndarray:
+    ) -> Tuple[np.ndarray, np.ndarray]:
         """Piper, then the timbre resampling (which speeds speech up by ``formant``), the
         pitch shift, the pauses and the gain; Piper's ``length_scale`` is searched (secant
-        steps in log-log) until the finished waveform measures ``rate``."""
+        steps in log-log) until the finished waveform measures ``rate``.
+
+        Returns ``(wave (T,) float64, alignment (T,) int64)``: the label track goes
+        through every step that moves samples (the pitch shift and the gain keep the
+        length and the timing)."""
         scale = (NATIVE_RATE * formant / rate) ** (1.0 / RATE_EXPONENT)
         tried: List[Tuple[float, float]] = []
-        best, best_error = np.zeros(1), np.inf
+        best, best_error = (np.zeros(1), np.full(1, -1, dtype=np.int64)), np.inf
         for _ in range(self.max_passes):
             scale = float(np.clip(scale, 0.4, 2.5))
-            wave = self._piper(sentences, scale, seed)
+            wave, labels = self._piper(sentences, scale, seed)
             if formant != 1.0:
-                wave = prosody.resample(wave, formant)
+                wave, labels = prosody.resample(wave, formant), prosody.resample_labels(labels, formant)
             # The pitch shift roughens phone transitions a little and re-timed pauses move
             # the speaking time, both of which the rate measure sees: the loop measures
             # the finished waveform.
             wave = self._set_pitch(wave, pitch_hz, request.pitch_range)
-            wave = prosody.retime_pauses(wave, self.sample_rate, request.pause_ratio)
+            edit = prosody.pause_edit(wave, self.sample_rate, request.pause_ratio)
+            wave, labels = edit.apply(wave), edit.apply_to_labels(labels)
             wave = prosody.set_energy(wave, self.sample_rate, request.energy_db)
             measured = max(prosody.measure_rate(wave, self.sample_rate), 0.5)
             error = abs(np.log(measured / rate))
             if error < best_error:
-                best, best_error = wave, error
+                best, best_error = (wave, labels), error
             if error < np.log1p(self.rate_tolerance):
                 break
             tried.append((np.log(scale), np.log(measured)))
@@ -464,9 +485,13 @@ class PiperSpeech(SpeechGenerator):
         # The measure is noisy at the scale of a few events: the closest pass wins.
         return best
 
-    def _piper(self, sentences: List[List[int]], length_scale: float, seed: int) -> np.ndarray:
+    def _piper(self, sentences: List[List[int]], length_scale: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
         """Raw Piper audio of the sentences (phoneme ids without BOS/EOS/padding), joined
-        by :data:`SENTENCE_GAP`, from a session whose noise is seeded with ``seed``."""
+        by :data:`SENTENCE_GAP`, from a session whose noise is seeded with ``seed``.
+
+        Returns ``(audio (T,) float64, alignment (T,) int64)``: the index of the phoneme
+        (counted over all sentences) each sample belongs to, -1 for BOS, the first
+        blank, EOS and the sentence gaps."""
         import onnxruntime
 
         config = self.voice.config
@@ -481,17 +506,30 @@ class PiperSpeech(SpeechGenerator):
             session = onnxruntime.InferenceSession(self._model_bytes, options, providers=["CPUExecutionProvider"])
         scales = np.array([config.noise_scale, length_scale, config.noise_w_scale], dtype=np.float32)
         gap = np.zeros(int(SENTENCE_GAP * self.sample_rate), dtype=np.float64)
-        pieces = []
+        gap_labels = np.full(gap.shape[0], -1, dtype=np.int64)
+        pieces, label_pieces = [], []
+        first_unit = 0
         for ids in sentences:
             padded = [bos, pad] + [v for i in ids for v in (i, pad)] + [eos]
+            # Per input id, the phoneme it sounds: each phoneme and the blank after it.
+            units = np.concatenate([[-1, -1], np.repeat(np.arange(len(ids)) + first_unit, 2), [-1]])
+            first_unit += len(ids)
             inputs = {
                 "input": np.asarray([padded], dtype=np.int64),
                 "input_lengths": np.asarray([len(padded)], dtype=np.int64),
                 "scales": scales,
             }
-            audio = session.run(None, inputs)[0].reshape(-1).astype(np.float64)
+            audio, frames = session.run(None, inputs)
+            audio = audio.reshape(-1).astype(np.float64)
+            samples = frames.reshape(-1).astype(np.int64) * self.hop_length  # (len(padded),)
+            if int(samples.sum()) != audio.shape[0]:
+                raise RuntimeError(
+                    f"{self.model_path.name}: the decoder gave {audio.shape[0]} samples but its durations add up "
+                    f"to {int(samples.sum())} ({self.hop_length} per frame); is audio.hop_length in its .onnx.json right?"
+                )
             pieces.extend([audio, gap])
-        return np.concatenate(pieces[:-1])
+            label_pieces.extend([np.repeat(units, samples), gap_labels])
+        return np.concatenate(pieces[:-1]), np.concatenate(label_pieces[:-1])
 
     def _set_pitch(self, wave: np.ndarray, target_hz: float, target_range: float) -> np.ndarray:
         """Shift the pitch so that its median lands on ``target_hz`` and its spread on
@@ -536,6 +574,30 @@ class PiperSpeech(SpeechGenerator):
 
     def fingerprint(self) -> str:
         return f"PiperSpeech/{self.model_path.stem}/prosody-v2/c{self.features.content_dim}/s{self.features.style_dim}"
+
+
+DEFAULT_HOP_LENGTH = 256
+"""Samples per decoder frame of Piper's VITS voices when the .onnx.json does not say."""
+DURATION_TENSOR_OP = "Ceil"
+"""The op whose output is the decoder frames per input id in Piper's exported graph."""
+
+
+def _with_duration_output(model_bytes: bytes) -> bytes:
+    """The voice's ONNX graph with its frames-per-id tensor (the ``Ceil`` over the
+    predicted durations, ``(1, 1, N)``) added as a second output, in memory."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise ImportError("PiperSpeech reads the voice's durations with the onnx package: pip install onnx") from error
+    model = onnx.load_from_string(model_bytes)
+    found = [node.output[0] for node in model.graph.node if node.op_type == DURATION_TENSOR_OP]
+    if len(found) != 1:
+        raise ValueError(
+            f"expected one {DURATION_TENSOR_OP} node (the frames per phoneme id) in the Piper voice, found {len(found)}"
+        )
+    if found[0] not in [output.name for output in model.graph.output]:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(found[0], onnx.TensorProto.FLOAT, None))
+    return model.SerializeToString()
 
 
 def _packaged_model() -> Path:

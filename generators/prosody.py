@@ -490,10 +490,58 @@ def shift_pitch(
     return out / np.maximum(weight, 0.5)
 
 
+@dataclass(frozen=True)
+class TimeEdit:
+    """A re-timing of a ``(T,)`` track: the output is ``pieces`` in order, each
+    ``(start, end, length)`` either a copy of source samples ``[start, end)``
+    (``length == end - start``, ``silent`` False) or ``length`` samples of inserted
+    silence that stand in for source ``[start, end)`` (``silent`` True; the span may be
+    empty). Applying one edit to a waveform and to its per-sample label track keeps the
+    two in step."""
+
+    pieces: Tuple[Tuple[int, int, int, bool], ...]
+    """``(start, end, length, silent)`` per piece."""
+
+    @property
+    def length(self) -> int:
+        return int(sum(piece[2] for piece in self.pieces))
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """The edited waveform: ``(T,)`` -> ``(self.length,)`` float64."""
+        x = np.asarray(x, dtype=np.float64)
+        return np.concatenate(
+            [np.zeros(n) if silent else x[a:b] for a, b, n, silent in self.pieces] or [np.zeros(0)]
+        )
+
+    def apply_to_labels(self, labels: np.ndarray) -> np.ndarray:
+        """The edited label track: ``(T,)`` int -> ``(self.length,)`` int64.
+
+        Copied spans keep their labels. Inserted silence takes, by nearest index, the
+        labels of the source span it replaces, so that a unit the cut removed whole (the
+        silence of a comma, a sentence's final stop) still owns the pause that now
+        stands for it; silence that replaces nothing (a pause opened between words,
+        the trailing edge) is ``-1``, as is silence in the source."""
+        labels = np.asarray(labels, dtype=np.int64)
+        out = []
+        for a, b, n, silent in self.pieces:
+            if not silent:
+                out.append(labels[a:b])
+            elif b > a and n > 0:
+                out.append(labels[a + ((np.arange(n) + 0.5) * (b - a) / n).astype(np.int64)])
+            else:
+                out.append(np.full(n, -1, dtype=np.int64))
+        return np.concatenate(out or [np.zeros(0, np.int64)])
+
+
 def retime_pauses(x: np.ndarray, sample_rate: int, target_ratio: float, edge: float = 0.12) -> np.ndarray:
     """Lengthen or shorten the pauses of an utterance so that its measured
     ``pause_ratio`` becomes ``target_ratio``; leading and trailing silence become ``edge``
-    seconds.
+    seconds. The edit itself is :func:`pause_edit` (apply it to a label track too)."""
+    return pause_edit(x, sample_rate, target_ratio, edge).apply(x)
+
+
+def pause_edit(x: np.ndarray, sample_rate: int, target_ratio: float, edge: float = 0.12) -> TimeEdit:
+    """The :class:`TimeEdit` of :func:`retime_pauses` for waveform ``x`` ``(T,)``.
 
     Existing pauses are scaled together; an utterance without any gets pauses at its
     deepest loudness dips between words (one per ~1.5 s of speech). When the target is
@@ -505,7 +553,7 @@ def retime_pauses(x: np.ndarray, sample_rate: int, target_ratio: float, edge: fl
     db = frame_db(x, sample_rate)
     starts, ends, first, last = pauses(db)
     if last <= first:
-        return x.copy()
+        return TimeEdit(((0, x.shape[0], x.shape[0], False),))
     if starts.size == 0 and target_ratio > 0.01:
         starts, ends = _word_gaps(db, first, last)
     paused = float(np.sum(ends - starts)) * HOP
@@ -519,13 +567,25 @@ def retime_pauses(x: np.ndarray, sample_rate: int, target_ratio: float, edge: fl
     pieces = []
     cursor = max(0, first * hop - int(round(edge * sample_rate)))
     for start, end, length in zip(starts, ends, lengths):
-        cut_in, cut_out = start * hop + margin, max(end * hop - margin, start * hop + margin)
-        pieces.append(x[cursor:cut_in])
-        pieces.append(np.zeros(max(0, int(round(length * sample_rate)) - 2 * margin)))
-        cursor = cut_out
-    pieces.append(x[cursor : min(x.shape[0], last * hop)])
-    pieces.append(np.zeros(int(round(edge * sample_rate))))
-    return np.concatenate(pieces)
+        cut_in = min(start * hop + margin, x.shape[0])
+        cut_out = min(max(end * hop - margin, start * hop + margin), x.shape[0])
+        cut_in = max(cut_in, cursor)
+        pieces.append((cursor, cut_in, cut_in - cursor, False))
+        pieces.append((cut_in, max(cut_out, cut_in), max(0, int(round(length * sample_rate)) - 2 * margin), True))
+        cursor = max(cut_out, cut_in)
+    stop = max(cursor, min(x.shape[0], last * hop))
+    pieces.append((cursor, stop, stop - cursor, False))
+    pieces.append((stop, x.shape[0], int(round(edge * sample_rate)), True))
+    return TimeEdit(tuple((int(a), int(b), int(n), bool(s)) for a, b, n, s in pieces))
+
+
+def resample_labels(labels: np.ndarray, ratio: float) -> np.ndarray:
+    """The label track of :func:`resample`: ``(T,)`` -> ``(round(T / ratio),)``, each
+    output sample taking the label of the source sample at the same time (nearest)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    length = max(1, int(round(labels.shape[0] / ratio)))
+    source = ((np.arange(length) + 0.5) * labels.shape[0] / length).astype(np.int64)
+    return labels[np.minimum(source, labels.shape[0] - 1)]
 
 
 def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.ndarray]:

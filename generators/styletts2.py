@@ -504,6 +504,16 @@ class StyleTTS2Speech(SpeechGenerator):
         """Phoneme tokens of ``text``, the leading pad symbol included."""
         return len(self.phonemizer.tokens(text))
 
+    @property
+    def unit_vocab_size(self) -> int:
+        """Token ids :meth:`content_units` can give: the model's symbol count."""
+        return int(self.params["n_token"])
+
+    def content_units(self, text: str) -> torch.Tensor:
+        """``(Ls,)`` int64 phoneme token ids of ``text`` (the leading pad included), in
+        the order of C^s's rows."""
+        return torch.tensor(self.phonemizer.tokens(text), dtype=torch.long)
+
     def _tokens(self, text: str) -> List[int]:
         tokens = self.phonemizer.tokens(text)
         if len(tokens) > self.max_tokens:
@@ -597,7 +607,10 @@ class StyleTTS2Speech(SpeechGenerator):
 
         Returns:
             24 kHz float32 samples: :data:`FRAME_SAMPLES` per predicted frame (each token
-            lasts 1 to ``max_dur`` frames) less :data:`TAIL_TRIM`.
+            lasts 1 to ``max_dur`` frames) less :data:`TAIL_TRIM`, with ``alignment``:
+            the token (row of C^s) each sample renders, from the predicted durations.
+            StyleTTS2 inserts no silence of its own (pauses are tokens), so no label
+            is -1.
         """
         if content is None:
             content = self.content_features([text])[0]
@@ -612,12 +625,13 @@ class StyleTTS2Speech(SpeechGenerator):
             style = self.reference_style(avatar)
         if style.numel() != self.features.style_dim:
             raise ValueError(f"StyleTTS2: style must have {self.features.style_dim} values, got {tuple(style.shape)}")
-        samples = self._decode(content, style.reshape(-1), avatar.seed())
-        return Waveform(samples=samples, sample_rate=SAMPLE_RATE)
+        samples, alignment = self._decode(content, style.reshape(-1), avatar.seed())
+        return Waveform(samples=samples, sample_rate=SAMPLE_RATE, alignment=alignment)
 
     @torch.no_grad()
-    def _decode(self, content: torch.Tensor, style: torch.Tensor, seed: int) -> torch.Tensor:
-        """``content (L, 2H)``, ``style (2S,)`` -> ``(T,)`` float32 samples on the CPU."""
+    def _decode(self, content: torch.Tensor, style: torch.Tensor, seed: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``content (L, 2H)``, ``style (2S,)`` -> ``(T,)`` float32 samples and ``(T,)``
+        int64 alignment (the token each sample renders), both on the CPU."""
         predictor, hidden = self.nets["predictor"], self.hidden_dim
         rows = content.to(self.device, torch.float32).T[None]  # (1, 2H, L)
         acoustic_text, prosodic_text = rows[:, :hidden], rows[:, hidden:]  # (1, H, L) each
@@ -638,11 +652,13 @@ class StyleTTS2Speech(SpeechGenerator):
         # Token rows repeated over their frames (the hard alignment, without a matrix).
         prosody_frames = prosody.transpose(1, 2).repeat_interleave(frames, dim=-1)  # (1, H + S, F)
         text_frames = acoustic_text.repeat_interleave(frames, dim=-1)  # (1, H, F)
+        frame_tokens = torch.arange(length).repeat_interleave(frames.cpu())  # (F,)
         if self.params["decoder"]["type"] == "hifigan":
             # The hifigan (LibriTTS) model was trained on alignments that run one frame
             # late; its official inference delays the aligned features by a frame too.
             prosody_frames = torch.cat([prosody_frames[..., :1], prosody_frames[..., :-1]], dim=-1)
             text_frames = torch.cat([text_frames[..., :1], text_frames[..., :-1]], dim=-1)
+            frame_tokens = torch.cat([frame_tokens[:1], frame_tokens[:-1]])
 
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             # The decoder's harmonic source draws phases and noise: seed them per avatar.
@@ -650,9 +666,15 @@ class StyleTTS2Speech(SpeechGenerator):
             f0, energy = predictor.F0Ntrain(prosody_frames, prosodic_style)  # (1, 2F) each
             wave = self.nets["decoder"](text_frames, f0, energy, acoustic_style)  # (1, 1, F * FRAME_SAMPLES)
         wave = wave.reshape(-1)
+        alignment = frame_tokens.repeat_interleave(wave.shape[0] // frame_tokens.shape[0])
+        if alignment.shape[0] != wave.shape[0]:
+            raise RuntimeError(
+                f"StyleTTS2: the decoder gave {wave.shape[0]} samples for {frame_tokens.shape[0]} frames, "
+                f"not a whole number of samples per frame"
+            )
         if wave.shape[0] > 2 * TAIL_TRIM:
-            wave = wave[:-TAIL_TRIM]
-        return wave.float().clamp(-1.0, 1.0).cpu()
+            wave, alignment = wave[:-TAIL_TRIM], alignment[:-TAIL_TRIM]
+        return wave.float().clamp(-1.0, 1.0).cpu(), alignment
 
     # ------------------------------------------------------------------ identity
     def fingerprint(self) -> str:

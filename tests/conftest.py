@@ -64,12 +64,15 @@ def add_generator_targets(model: Empatheia, batch: dict, seed: int = 0) -> dict:
     b = batch["input_ids"].shape[0]
     cs, sd = model.config.content_synchronizer, model.config.style_disentangler
     speech_len = torch.tensor([7, 5, 9, 4][:b])
-    video_len = torch.tensor([11, 6, 8, 3][:b])
     batch = dict(batch)
+    mask = torch.arange(int(speech_len.max()))[None] < speech_len[:, None]
     batch["speech_content_target"] = torch.randn(b, int(speech_len.max()), cs.speech_content_dim, generator=g)
-    batch["speech_content_mask"] = torch.arange(int(speech_len.max()))[None] < speech_len[:, None]
-    batch["video_content_target"] = torch.randn(b, int(video_len.max()), cs.video_content_dim, generator=g)
-    batch["video_content_mask"] = torch.arange(int(video_len.max()))[None] < video_len[:, None]
+    batch["speech_content_mask"] = mask
+    # C^v has one row per speech content unit, like C^s.
+    batch["video_content_target"] = torch.randn(b, int(speech_len.max()), cs.video_content_dim, generator=g)
+    batch["video_content_mask"] = mask.clone()
+    if cs.unit_vocab_size > 0:
+        batch["speech_units"] = torch.randint(0, cs.unit_vocab_size, (b, int(speech_len.max())), generator=g) * mask
     batch["speech_style_target"] = torch.randn(b, sd.speech_style_dim, generator=g)
     batch["video_style_target"] = torch.randn(b, sd.video_style_dim, generator=g)
     batch["emotion_label"] = torch.randint(0, len(sd.emotion_labels), (b,), generator=g)

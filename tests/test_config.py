@@ -96,10 +96,12 @@ def test_paper_heads_run_at_full_size():
     with torch.no_grad():
         hidden = torch.randn(2, 24, 4096)
         mask = torch.ones(2, 24, dtype=torch.bool)
-        out = cs(hidden, mask, torch.tensor([80, 60]), torch.tensor([140, 120]))
+        # StyleTTS2's token ids feed the queries; C^v has a row per unit, like C^s.
+        units = torch.randint(0, config.content_synchronizer.unit_vocab_size, (2, 80))
+        out = cs(hidden, mask, torch.tensor([80, 60]), units)
         style = sd(torch.randn(2, 16, 4096), torch.randn(2, 16, 4096))
-    assert out.speech.shape == (2, 80, 1024) and out.video.shape == (2, 140, 2816)
-    assert out.speech_mask.sum(1).tolist() == [80, 60] and out.video_mask.sum(1).tolist() == [140, 120]
+    assert out.speech.shape == (2, 80, 1024) and out.video.shape == (2, 80, 2816)
+    assert out.speech_mask.sum(1).tolist() == [80, 60] and out.video_mask.sum(1).tolist() == [80, 60]
     assert style.speech_style.shape == (2, 256) and style.video_style.shape == (2, 256)
     assert style.emotion_logits.shape == (2, 7)
     assert {k: v.shape[1] for k, v in style.profile_logits.items()} == {"age": 4, "gender": 2, "timbre": 3}

@@ -89,7 +89,7 @@ def test_extract_features_writes_a_store_and_resumes(tmp_path, capsys):
     assert main(args + ["--shard-size", "1"]) == 0
     assert "2 of 2 responses have features" in capsys.readouterr().out
     store = GoldFeatureStore(out_dir)
-    assert store.complete and sorted(store.feature_names) == ["speech_content", "speech_style", "video_content", "video_style"]
+    assert store.complete and sorted(store.feature_names) == ["speech_content", "speech_style", "speech_units", "video_content", "video_style"]
     assert main(args + ["--shard-size", "1"]) == 0  # a finished store is reused, not rebuilt
     with pytest.raises(SystemExit, match="new output directory"):
         main(args + ["--shard-size", "2"])

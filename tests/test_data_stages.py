@@ -47,24 +47,40 @@ class WordContent:
         return out
 
 
-class FrameEnergy:
-    name, input = "video_content", "audio"
+class WordEnergy:
+    """C^v per speech unit (here a word, like :class:`WordContent`): per-frame band
+    energies pooled over equal shares of the recording, one per word."""
+
+    name, input = "video_content", "speech"
 
     def __init__(self, dim: int):
         self.dim = dim
 
     def fingerprint(self) -> str:
-        return f"frame-energy dim={self.dim}"
+        return f"word-energy dim={self.dim}"
 
-    def __call__(self, paths):
+    def __call__(self, items):
         out = []
-        for path in paths:
+        for text, path in items:
             wave = load_audio(path, 16000)  # a bad file is a DataError naming it
             hop = 16000 // 25  # one row per 25 fps video frame
             frames = wave[: len(wave) // hop * hop].reshape(-1, hop)
-            bands = frames.reshape(frames.shape[0], self.dim, -1).abs().mean(-1)
-            out.append(bands.clamp_min(1e-6).log())
+            bands = frames.reshape(frames.shape[0], self.dim, -1).abs().mean(-1).clamp_min(1e-6).log()
+            shares = torch.tensor_split(bands, len(text.split()))
+            out.append(torch.stack([share.mean(0) for share in shares]))
         return out
+
+
+class WordUnits:
+    """Unit ids of the words :class:`WordContent` embeds, as a ``(L, 1)`` int64 column."""
+
+    name, input = "speech_units", "text"
+
+    def fingerprint(self) -> str:
+        return "word-units"
+
+    def __call__(self, texts):
+        return [torch.tensor([[sum(map(ord, w)) % 97] for w in text.split()], dtype=torch.long) for text in texts]
 
 
 class ClipStats:
@@ -91,7 +107,8 @@ def tiny_extractors(model: Optional[Empatheia] = None):
     cs, sd = config.content_synchronizer, config.style_disentangler
     return [
         WordContent(cs.speech_content_dim),
-        FrameEnergy(cs.video_content_dim),
+        WordEnergy(cs.video_content_dim),
+        WordUnits(),
         ClipStats("speech_style", "audio", sd.speech_style_dim),
         ClipStats("video_style", "video", sd.video_style_dim),
     ]
@@ -196,7 +213,9 @@ def test_gold_targets_and_labels_reach_the_batch(model, corpus, store):
         assert torch.equal(batch["speech_content_target"][row, :n], gold["speech_content"])
         assert not batch["speech_content_target"][row, n:].any()
         m = int(batch["video_content_mask"][row].sum())
+        assert m == n  # C^v has one row per speech unit
         assert torch.equal(batch["video_content_target"][row, :m], gold["video_content"])
+        assert torch.equal(batch["speech_units"][row, :n], gold["speech_units"].reshape(-1))
         assert torch.equal(batch["video_style_target"][row], gold["video_style"])
     # "anxious" and "apprehensive" both fold to fear; the listener is an elderly man, low voice
     sd = model.config.style_disentangler

@@ -402,3 +402,23 @@ def test_checkpoints_with_python_objects_need_trust(tmp_path):
     trusted = DreamTalkConfig.tiny(denoiser_checkpoint=str(paths[0]), renderer_checkpoint=str(paths[1]), trust_checkpoints=True)
     loaded = DreamTalk.from_pretrained(trusted)
     assert torch.equal(loaded.diffusion.null_style_code(), source.diffusion.null_style_code())
+
+
+def test_per_unit_content_is_spread_by_the_alignment_with_silence_in_pauses(model):
+    from generators.base import expand_units
+
+    clip = speech(1.0)  # 25 frames
+    # Three units with silence before, between and after them.
+    alignment = torch.full((clip.samples.shape[0],), -1, dtype=torch.long)
+    alignment[1600:6000], alignment[6000:7000], alignment[9000:14000] = 0, 1, 2
+    aligned = Waveform(clip.samples, clip.sample_rate, alignment)
+    units = torch.randn(3, TINY.content_dim, generator=torch.Generator().manual_seed(3))
+    silence = model.silence_content()
+    quiet = Waveform(torch.zeros(16000), 16000)
+    assert torch.allclose(silence, model.speech_content(quiet, 1).reshape(-1).float())
+    expanded, labels = expand_units(units, aligned, 25, model.fps, silence)
+    assert (labels >= 0).sum() > 0 and (labels < 0).sum() > 0
+    assert torch.equal(expanded[labels < 0], silence.expand(int((labels < 0).sum()), -1))
+    from_units = model.animate(aligned, units, style(0), PORTRAIT, seed=1).frames
+    from_frames = model.animate(clip, expanded, style(0), PORTRAIT, seed=1).frames
+    assert from_units.shape[0] == 25 and torch.equal(from_units, from_frames)

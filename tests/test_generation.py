@@ -50,6 +50,14 @@ def test_respond_speaks_and_animates(tiny, tmp_path):
     out = response.save(tmp_path / "answer")
     data = json.loads((out / "response.json").read_text())
     assert data["audio"]["file"] == "response.wav" and data["video"]["frames"] == video.frames.shape[0]
+    # C^v per speech unit, and the alignment that spread it over the frames, saved.
+    assert data["features"]["video_content"][0] == data["features"]["speech_content"][0]
+    from safetensors.torch import load_file
+
+    from generators.base import alignment_from_runs
+
+    runs = load_file(str(out / "features.safetensors"))["speech_alignment"]
+    assert torch.equal(alignment_from_runs(runs.numpy(), response.audio.samples.shape[0]), response.audio.alignment)
     wave, rate = soundfile.read(out / "response.wav")
     assert rate == response.audio.sample_rate and abs(len(wave) / rate - response.audio.duration) < 1e-3
     with av.open(str(out / "response.mp4")) as container:
@@ -131,15 +139,19 @@ def test_gold_feature_extractors_wrap_the_generators(tiny, tmp_path):
     speech, head = tiny.generators()
     extractors = gold_feature_extractors(speech, head)
     assert [(e.name, e.input) for e in extractors] == [
-        ("speech_content", "text"), ("speech_style", "audio"), ("video_content", "audio"), ("video_style", "video")]
+        ("speech_content", "text"), ("speech_style", "audio"), ("video_content", "speech"), ("video_style", "video"),
+        ("speech_units", "text")]
     response = tiny.respond(_dialogue("Thank you for listening."), max_new_tokens=4, animate=True)
     out = response.save(tmp_path / "answer")
     content = extractors[0](["Thank you for listening."])[0]
     assert content.shape == (speech.content_length("Thank you for listening."), speech.features.content_dim)
     assert extractors[1]([out / "response.wav"])[0].shape == (speech.features.style_dim,)
-    assert extractors[2]([out / "response.wav"])[0].shape[1] == head.features.content_dim
+    # Gold C^v has one row per speech unit of the text the recording reads.
+    units = speech.content_length(response.text)
+    assert extractors[2]([(response.text, out / "response.wav")])[0].shape == (units, head.features.content_dim)
     assert extractors[3]([out / "response.mp4"])[0].shape == (head.features.style_dim,)
-    assert len({e.fingerprint() for e in extractors}) == 4
+    assert extractors[4]([response.text])[0].shape == (units, 1)
+    assert len({e.fingerprint() for e in extractors}) == 5
 
 
 def test_generator_sizes_must_match_the_heads():

@@ -206,14 +206,16 @@ def test_frames_span_the_speech_and_the_mouth_follows_it(renderer, spoken, tmp_p
     r = pearson(opening, loudness)
     assert r > 0.6, r
 
-    # The gold C^v of the saved speech has one row per frame, and drives the same mouth.
+    # The per-frame C^v of the saved speech drives the same mouth.
     (content,) = renderer.content_features([write_wav(tmp_path / "speech.wav", spoken)])
     assert content.shape == (frames.shape[0], 20)
     assert float(content.min()) >= 0.0 and float(content.max()) <= 1.0
-    from_content = renderer.animate(spoken, content, torch.zeros(10), portrait).frames
+    # Without an alignment a C^v is a time series over the frames.
+    unaligned = Waveform(spoken.samples, spoken.sample_rate)
+    from_content = renderer.animate(unaligned, content, torch.zeros(10), portrait).frames
     assert pearson(face_geometry(from_content.numpy())[:, MOUTH_OPEN], opening) > 0.9
-    # A C^v of another length (a model's prediction) is resampled to the frame count.
-    stretched = renderer.animate(spoken, content[::2], torch.zeros(10), portrait)
+    # A C^v of another length is resampled to the frame count.
+    stretched = renderer.animate(unaligned, content[::2], torch.zeros(10), portrait)
     assert stretched.frames.shape[0] == frames.shape[0]
 
 

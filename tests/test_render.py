@@ -73,6 +73,19 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     assert EMOTIONS[int(torch.argmax(grieving[:7]))] == LISTENER_EXPRESSION["sad"][0] == "sad"
     assert joyful[7] > grieving[7]  # the listener's joy is stronger than its sorrow
 
+    # Every clip has its alignment beside it: the timing of the gold per-unit C^v.
+    import numpy as np
+    import soundfile
+
+    from generators.base import alignment_path
+    from generators.piper_speech import PiperSpeech
+
+    runs = np.load(alignment_path(first.response_audio))
+    units = PiperSpeech().content_length(first.response)
+    spoken = runs[runs[:, 0] >= 0]
+    assert np.array_equal(np.unique(spoken[:, 0]), np.arange(units))
+    assert (np.diff(spoken[:, 0]) >= 0).all() and runs[-1, 2] == soundfile.info(str(first.response_audio)).frames
+
     # A second run keeps the clips it finds (an interrupted run resumes).
     stamp = first.turns[0].audio.stat().st_mtime_ns
     render_ed_conversations(source, tmp_path / "rendered", progress=False)

@@ -61,10 +61,15 @@ def test_batched_respond_matches_one_at_a_time(model):
         assert alone.emotion.label == response.emotion.label
 
 
-def test_content_lengths_follow_the_generators_when_given(model):
-    response = model.respond(make_dialogue(1), max_new_tokens=5, speech_lengths=[17], video_lengths=[42])
-    assert response.speech_content.shape[0] == 17
-    assert response.video_content.shape[0] == 42
+def test_content_rows_are_the_speech_generators_units(model):
+    # C^s and C^v both have one row per unit the voice will read (unit ids feed the
+    # queries on this preset, so the generator decides the length).
+    assert model.config.content_synchronizer.unit_vocab_size > 0
+    response = model.respond(make_dialogue(1), max_new_tokens=5)
+    units = max(1, model.generators()[0].content_length(response.text))
+    assert response.speech_content.shape[0] == response.video_content.shape[0] == units
+    with pytest.raises(ValueError, match="speech_lengths"):
+        model.respond(make_dialogue(1), max_new_tokens=5, speech_lengths=[units + 3])
 
 
 def test_respond_keeps_training_mode(model):

@@ -312,3 +312,30 @@ def test_checkpoint_without_net_or_with_pickled_objects_is_refused(tmp_path):
         StyleTTS2Speech.from_config(StyleTTS2Config.tiny(checkpoint=str(path)))
     with pytest.raises(FileNotFoundError, match="nothing.pth"):
         StyleTTS2Speech.from_config(StyleTTS2Config.tiny(checkpoint=str(tmp_path / "nothing.pth")))
+
+
+def test_alignment_follows_the_predicted_durations(tiny):
+    """The waveform's alignment is the predicted durations: token ``k`` for
+    ``frames[k] x FRAME_SAMPLES`` samples, a frame late for the hifigan decoder, less
+    the trimmed tail."""
+    from generators.styletts2 import FRAME_SAMPLES, TAIL_TRIM
+
+    captured = []
+    hook = tiny.nets["predictor"].duration_proj.register_forward_hook(lambda m, i, out: captured.append(out))
+    try:
+        text = "I hear you."
+        wave = tiny.synthesize(text, None, styles(tiny, 1)[0], avatar())
+    finally:
+        hook.remove()
+    frames = torch.sigmoid(captured[-1]).sum(-1)[0].round().clamp(min=1).long().cpu()
+    units = tiny.content_length(text)
+    assert frames.shape == (units,) and tiny.content_units(text).shape == (units,)
+    per_frame = torch.arange(units).repeat_interleave(frames)
+    if tiny.params["decoder"]["type"] == "hifigan":
+        per_frame = torch.cat([per_frame[:1], per_frame[:-1]])
+    expected = per_frame.repeat_interleave(FRAME_SAMPLES)
+    if expected.shape[0] > 2 * TAIL_TRIM:
+        expected = expected[:-TAIL_TRIM]
+    assert wave.alignment.shape == wave.samples.shape
+    assert torch.equal(wave.alignment, expected)
+    assert int(tiny.content_units(text).max()) < tiny.unit_vocab_size

@@ -50,7 +50,9 @@ class StageExample:
     encoded: EncodedExample
     features: Dict[str, torch.Tensor] = field(default_factory=dict)
     """Gold generator features: ``speech_content`` ``(Ls, D)``, ``video_content``
-    ``(Lv, D)``, ``speech_style`` ``(D,)``, ``video_style`` ``(D,)`` as the stage needs."""
+    ``(Ls, D)`` (per speech unit), ``speech_units`` ``(Ls,)`` int64 (when the Content
+    Synchronizer reads unit ids), ``speech_style`` ``(D,)``, ``video_style`` ``(D,)`` as
+    the stage needs."""
     labels: Dict[str, int] = field(default_factory=dict)
     """``emotion`` and each profile attribute -> class index (``-100``: unknown)."""
     id: Optional[str] = None
@@ -121,6 +123,9 @@ class StageDataset(Dataset):
         names = STAGE_FEATURES[self.stage]
         if not names:
             return {}
+        cs = self.processor.config.content_synchronizer
+        if "speech_content" in names and cs.unit_vocab_size > 0:
+            names = names + ("speech_units",)
         stored = self.gold_features.get(dialogue.id) if dialogue.id in self.gold_features else None
         if stored is None:
             raise DataError(
@@ -130,8 +135,7 @@ class StageDataset(Dataset):
         missing = [n for n in names if n not in stored]
         if missing:
             raise DataError(f"the gold feature store has no {missing} for it", field="gold features")
-        cs = self.processor.config.content_synchronizer
-        limits = {"speech_content": cs.max_speech_length, "video_content": cs.max_video_length}
+        limits = {"speech_content": cs.max_speech_length, "video_content": cs.max_speech_length}
         for name, limit in limits.items():
             if name in names and stored[name].shape[0] > limit:
                 raise DataError(
@@ -139,7 +143,19 @@ class StageDataset(Dataset):
                     "targets are never cut",
                     field=f"gold features.{name}",
                 )
-        return {n: stored[n] for n in names}
+        features = {n: stored[n] for n in names}
+        if "video_content" in features and features["video_content"].shape[0] != features["speech_content"].shape[0]:
+            raise DataError(
+                f"video_content has {features['video_content'].shape[0]} rows but speech_content "
+                f"{features['speech_content'].shape[0]}: C^v is one row per speech unit (a store of per-frame "
+                "features? re-extract them)",
+                field="gold features.video_content",
+            )
+        if "speech_units" in features:
+            features["speech_units"] = features["speech_units"].reshape(-1).long()
+            if features["speech_units"].shape[0] != features["speech_content"].shape[0]:
+                raise DataError("speech_units and speech_content differ in length", field="gold features.speech_units")
+        return features
 
     def _labels(self, dialogue: Dialogue) -> Dict[str, int]:
         if self.stage < 3:
@@ -183,7 +199,9 @@ class StageCollator:
         batch["ids"] = [e.id for e in examples]
         for name in examples[0].features:
             values = [e.features[name] for e in examples]
-            if name in CONTENT_FEATURES:
+            if name == "speech_units":
+                batch["speech_units"] = pad_sequence(values, batch_first=True)
+            elif name in CONTENT_FEATURES:
                 batch[f"{name}_target"] = pad_sequence(values, batch_first=True)
                 lengths = torch.tensor([v.shape[0] for v in values])
                 batch[f"{name}_mask"] = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]

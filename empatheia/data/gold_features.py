@@ -74,7 +74,7 @@ logger = logging.getLogger(__name__)
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "empatheia.gold_features"
 FORMAT_VERSION = 1
-INPUTS = ("text", "audio", "video")
+INPUTS = ("text", "audio", "video", "speech")
 ON_ERROR = ("raise", "skip")
 # Temporary files start with this prefix, so that a restart can tell a killed run's
 # leftovers from anything else in the directory and remove them.
@@ -111,8 +111,10 @@ class GoldFeatureExtractor(Protocol):
     """One gold feature, computed from one field of a :class:`FeatureSource`.
 
     ``name`` names the feature in the store (e.g. ``"speech_style"``; no ``/``), and
-    ``input`` is the source field it reads: ``"text"`` (the extractor gets ``str``) or
-    ``"audio"`` / ``"video"`` (it gets a ``Path``).
+    ``input`` is the source field it reads: ``"text"`` (the extractor gets ``str``),
+    ``"audio"`` / ``"video"`` (it gets a ``Path``), or ``"speech"``: the response text and
+    its recording together, ``(str, Path)`` (a feature counted per speech unit of a
+    recording needs both).
 
     ``__call__`` takes a batch of inputs and returns one tensor per input, in order, each
     ``(D,)`` or ``(L, D)``. ``D``, the number of dimensions and the dtype must be the same
@@ -509,15 +511,21 @@ def _differences(old: Dict, new: Dict) -> List[str]:
 # -- extraction --------------------------------------------------------------------------
 
 
-def _input_of(source: FeatureSource, field: str) -> Union[str, Path, None]:
-    """What an extractor reading ``field`` gets: the text, or the media file as a Path."""
+def _input_of(source: FeatureSource, field: str) -> Union[str, Path, Tuple[str, Path], None]:
+    """What an extractor reading ``field`` gets: the text, the media file as a Path, or
+    for ``"speech"`` both, ``(text, audio Path)`` (``None`` if either is missing)."""
+    if field == "speech":
+        if source.text is None or source.audio is None:
+            return None
+        return source.text, Path(source.audio)
     value = getattr(source, field)
     return value if field == "text" or value is None else Path(value)
 
 
 def _missing_input(source: FeatureSource, extractors: List[GoldFeatureExtractor]) -> Optional[DataError]:
     """A DataError for the first input an extractor needs that ``source`` lacks."""
-    for field in dict.fromkeys(e.input for e in extractors):
+    fields = [f for e in extractors for f in (("text", "audio") if e.input == "speech" else (e.input,))]
+    for field in dict.fromkeys(fields):
         value = _input_of(source, field)
         if field == "text":
             if value is None or not str(value).strip():
@@ -533,8 +541,12 @@ def _locate(error: DataError, source: FeatureSource, extractor: GoldFeatureExtra
     """``error`` from ``extractor`` restated for one sample: its media file, key and field."""
     file = error.file
     if file is None and extractor.input != "text":
-        file = _input_of(source, extractor.input)
-    located = DataError(f"{extractor.name}: {error.reason}", file=file, record=source.key, field=extractor.input)
+        file = _input_of(source, "audio" if extractor.input == "speech" else extractor.input)
+    field = extractor.input
+    if field == "speech":
+        # Of the text and the recording it reads, name the one the error is about.
+        field = error.field if error.field in ("text", "audio") else "audio"
+    located = DataError(f"{extractor.name}: {error.reason}", file=file, record=source.key, field=field)
     located.__cause__ = error
     return located
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -265,6 +266,8 @@ def _init_worker(settings: RenderSettings) -> None:
 def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     """Speak and animate every utterance of one ED conversation; return its examples as
     avatar JSONL records (media paths relative to the output folder)."""
+    from generators.base import ALIGNMENT_SUFFIX, alignment_path, alignment_runs
+
     from ..media import write_mp4, write_wav
 
     record, out_dir = task
@@ -284,7 +287,8 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
         intensity = utterance_intensity(base, conv_id, index)
         avatar = avatars.for_profile(profiles[role])
         stem = folder / f"utt{index}"
-        if not (stem.with_suffix(".mp4").is_file() and stem.with_suffix(".wav").is_file()):
+        sidecar = alignment_path(stem.with_suffix(".wav"))
+        if not all(path.is_file() for path in (stem.with_suffix(".mp4"), stem.with_suffix(".wav"), sidecar)):
             request = speech_style(shown, intensity, settings.speech_style_dim, profiles[role])
             wave = speech.synthesize(text, None, request, avatar)
             video = head.animate(wave, None, video_style(shown, intensity, settings.video_style_dim), avatar.portrait)
@@ -293,6 +297,13 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
             audio_tmp, video_tmp = folder / f".utt{index}.tmp.wav", folder / f".utt{index}.tmp.mp4"
             write_wav(audio_tmp, wave.samples, wave.sample_rate)
             write_mp4(video_tmp, video.frames, video.fps, wave.samples, wave.sample_rate)
+            # The alignment (which phoneme sounds at each sample) gives the gold per-unit
+            # C^v its timing; kept as run-length rows [unit, start, end).
+            align_tmp = folder / f".utt{index}.tmp{ALIGNMENT_SUFFIX}"
+            if wave.alignment is None:
+                raise RuntimeError(f"{type(speech).__name__} gives no alignment: the gold per-unit video content needs it")
+            np.save(align_tmp, alignment_runs(wave.alignment))
+            os.replace(align_tmp, sidecar)
             os.replace(audio_tmp, stem.with_suffix(".wav"))
             os.replace(video_tmp, stem.with_suffix(".mp4"))
         relative = stem.relative_to(out_dir)

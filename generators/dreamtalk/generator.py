@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, resample_rows
+from ..base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows
 from ..features import DREAMTALK_FEATURES
 from .checkpoints import (
     DENOISER_PREFIX,
@@ -185,6 +185,14 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
         windows = audio_windows(self.audio_features(wave), num_frames, self.config.window)
         return self.encode_content(windows)
 
+    def silence_content(self) -> torch.Tensor:
+        """``(content_dim,)``: the content encoder's output on one second of silence,
+        what a frame in a pause of the speech is given (computed once)."""
+        if getattr(self, "_silence_content", None) is None:
+            quiet = Waveform(torch.zeros(self.config.audio_sample_rate), self.config.audio_sample_rate)
+            self._silence_content = self.speech_content(quiet, 1).reshape(-1).float().cpu()
+        return self._silence_content
+
     def content_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
         """Gold C^v: ``(L, window_frames * d_model)`` float32 per recording, one row per
         25 fps frame (``L = round(duration * 25)``)."""
@@ -328,8 +336,11 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
         """
         Args:
             speech: the spoken response; the video has ``frame_count(speech)`` frames.
-            content: ``(Lv, window_frames * d_model)`` C^v, or ``None`` to compute it from
-                ``speech`` with wav2vec2; resampled to ``frame_count(speech)`` rows.
+            content: ``(Ls, window_frames * d_model)`` C^v, one row per speech content
+                unit, spread over the frames by ``speech.alignment`` (frames in silence
+                take :meth:`silence_content`); without an alignment a time series
+                resampled to ``frame_count(speech)`` rows; or ``None`` to compute it from
+                ``speech`` with wav2vec2.
             style: ``(d_model,)`` ready style code S^v.
             portrait: ``(H, W, 3)`` uint8 RGB face crop.
             pose: optional ``(P, 9)`` head pose per frame; neutral by default.
@@ -344,8 +355,11 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
             windows = self.speech_content(speech, frames)
         else:
             if content.dim() != 2 or content.shape[1] != config.content_dim:
-                raise ValueError(f"content must be (frames, {config.content_dim}), got {tuple(content.shape)}")
-            content = resample_rows(content.float(), frames)
+                raise ValueError(f"content must be (units, {config.content_dim}), got {tuple(content.shape)}")
+            if speech.alignment is not None:
+                content, _ = expand_units(content.float().cpu(), speech, frames, self.fps, self.silence_content())
+            else:
+                content = resample_rows(content.float(), frames)
             windows = content.reshape(frames, config.window_frames, config.d_model)
         style = torch.as_tensor(style, dtype=torch.float32)
         if style.shape != (config.d_model,):
