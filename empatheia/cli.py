@@ -159,17 +159,18 @@ def data_split(args: argparse.Namespace) -> int:
 
 def data_render(args: argparse.Namespace) -> int:
     from .config import EmpatheiaConfig
-    from .data.render import RenderSettings, render_ed_conversations
+    from .data.render import RenderSettings, render_ed_conversations, training_face_clips
     from .errors import DataError
 
     config = EmpatheiaConfig.from_preset(args.preset)
-    settings = RenderSettings(
-        speech_style_dim=config.style_disentangler.speech_style_dim,
-        video_style_dim=config.style_disentangler.video_style_dim,
-        speech_content_dim=config.content_synchronizer.speech_content_dim,
-        video_content_dim=config.content_synchronizer.video_content_dim,
-    )
     try:
+        settings = RenderSettings(
+            speech_style_dim=config.style_disentangler.speech_style_dim,
+            video_style_dim=config.style_disentangler.video_style_dim,
+            speech_content_dim=config.content_synchronizer.speech_content_dim,
+            video_content_dim=config.content_synchronizer.video_content_dim,
+            face_clips=training_face_clips(args.faces, args.hold_out_actor) if args.faces else (),
+        )
         path = render_ed_conversations(args.file, args.out, settings, limit=args.limit, workers=args.workers)
     except DataError as error:
         raise SystemExit(f"error: {error}")
@@ -308,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="small", help="the model whose style and content sizes to render for")
     p.add_argument("--limit", type=int, help="render only the first N conversations")
     p.add_argument("--workers", type=int, default=1, help="processes rendering in parallel")
+    p.add_argument("--faces", type=Path, help="folder of recorded face clips (MEAD names) that half the "
+                                              "conversations' speakers show instead of the drawn avatar")
+    p.add_argument("--hold-out-actor", help="leave this actor's clips out (to evaluate on)")
     p.set_defaults(run=data_render)
 
     p = commands.add_parser("train", help="run a training stage or fine-tuning recipe from its YAML config")

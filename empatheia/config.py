@@ -105,6 +105,10 @@ class ProjectorConfig:
     # null embeddings until the projector is trained: random projections derailed the
     # greedy answers of a text-trained core (measured on `small`, docs/small_preset.md).
     zero_init_output: bool = True
+    cap_to_embedding_norm: bool = True
+    """Cap each projected media token's length at the language model's mean token
+    embedding length (:class:`~empatheia.projector.NormCap`), so that media enter the
+    core at the scale of words."""
 
 
 @dataclass

@@ -77,10 +77,11 @@ class Empatheia(nn.Module):
             self.video_encoder = VideoEncoder(config.video_encoder)
             self.language_model = build_language_model(lm_config, self.tokenizer, self.token_ids, dtype)
             width = lm_config.hidden_size
+            cap = _embedding_norm(self.language_model) if config.projector.cap_to_embedding_norm else None
             self.speech_projector = Projector(self.speech_encoder.hidden_size, width, config.projector.num_layers,
-                                              config.projector.zero_init_output)
+                                              config.projector.zero_init_output, cap)
             self.video_projector = Projector(self.video_encoder.hidden_size, width, config.projector.num_layers,
-                                             config.projector.zero_init_output)
+                                             config.projector.zero_init_output, cap)
             self.content_synchronizer = ContentSynchronizer(config.content_synchronizer, width)
             self.style_disentangler = StyleDisentangler(config.style_disentangler, width, lm_config.num_signal_tokens)
         self.processor = EmpatheiaProcessor(config, self.tokenizer, self.token_ids)
@@ -226,7 +227,7 @@ class Empatheia(nn.Module):
             if video is None and ("video" in batch or "video_cached" in batch):
                 raw = self.video_encoder(batch["video"], batch.get("video_lengths")) if "video" in batch else None
                 video = merge_features(batch, "video", raw)
-        proj_dtype = self.speech_projector[0].weight.dtype
+        proj_dtype = self.speech_projector.output_layer.weight.dtype
         audio = self.speech_projector(audio.to(proj_dtype)) if audio is not None else None
         video = self.video_projector(video.to(proj_dtype)) if video is not None else None
         return audio, video
@@ -710,6 +711,16 @@ _STAGE_KEYS = {
     3: ("input_ids", "attention_mask", "speech_style_target", "video_style_target", "emotion_label"),
 }
 _STAGE_KEYS[4] = tuple(dict.fromkeys(_STAGE_KEYS[1] + _STAGE_KEYS[2] + _STAGE_KEYS[3]))
+
+
+def _embedding_norm(language_model) -> Optional[float]:
+    """The mean length of the language model's input token embeddings (``None`` for
+    weights on the meta device, which have no values)."""
+    weight = language_model.get_input_embeddings().weight
+    if weight.is_meta:
+        return None
+    with torch.no_grad():
+        return float(weight.float().norm(dim=-1).mean())
 
 
 def _right_padded(mask: torch.Tensor) -> bool:

@@ -29,7 +29,7 @@ def test_stage_trains_exactly_its_parameters(model, stage):
             if "lora_B" in name:
                 param.normal_(std=0.02)
         for projector in (model.speech_projector, model.video_projector):
-            projector[-1].weight.normal_(std=0.02)
+            projector.output_layer.weight.normal_(std=0.02)
     model.set_stage(stage)
     model.train()
     out = model(full_batch(model), stage=stage)
@@ -58,7 +58,7 @@ def test_projectors_start_at_zero_and_learn_in_stage_four(model):
     model.train()
     model(batch, stage=4)["loss"].backward()
     for projector in (model.speech_projector, model.video_projector):
-        assert projector[-1].weight.grad.abs().sum() > 0
+        assert projector.output_layer.weight.grad.abs().sum() > 0
         assert projector[0].weight.grad.abs().sum() == 0  # behind a zero layer, until it moves
 
 

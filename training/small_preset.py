@@ -201,6 +201,10 @@ def main(argv=None) -> None:
     parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
     parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
+    parser.add_argument("--faces", type=Path, help="recorded face clips (MEAD names) that half the rendered "
+                                                   "conversations' speakers show instead of the drawn avatar")
+    parser.add_argument("--hold-out-actor", help="leave this actor's face clips out of training (default: the "
+                                                 "last actor by name), for bench/face_reading.py")
     parser.add_argument("--stages", default="1,2,3,4")
     parser.add_argument("--stage1-from", type=Path, metavar="WEIGHTS",
                         help="skip training stage 1: take the language core (LoRA and signal rows) of this "
@@ -223,7 +227,7 @@ def main(argv=None) -> None:
     from empatheia.config import EmpatheiaConfig
     from empatheia.modeling import shipped_weights
     from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
-    from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file
+    from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file, read_face_clips, training_face_clips
     from generators import build_generators, gold_feature_extractors
 
     split = split_ed_file(args.ed, args.out / "ed")
@@ -241,7 +245,12 @@ def main(argv=None) -> None:
         return
     config = EmpatheiaConfig.from_preset(args.preset)
     cs, sd = config.content_synchronizer, config.style_disentangler
-    settings = RenderSettings(sd.speech_style_dim, sd.video_style_dim, cs.speech_content_dim, cs.video_content_dim)
+    faces = ()
+    if args.faces:
+        actors = sorted({clip.actor for clip in read_face_clips(args.faces)})
+        faces = training_face_clips(args.faces, args.hold_out_actor or actors[-1])
+    settings = RenderSettings(sd.speech_style_dim, sd.video_style_dim, cs.speech_content_dim, cs.video_content_dim,
+                              face_clips=faces)
     rendered = render_ed_conversations(
         split["train"], args.out / "rendered", settings, limit=args.render, workers=args.workers
     )

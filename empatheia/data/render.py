@@ -222,6 +222,17 @@ def read_face_clips(folder: PathLike) -> List[FaceClip]:
     return clips
 
 
+def training_face_clips(folder: PathLike, hold_out: Optional[str] = None) -> Tuple[FaceClip, ...]:
+    """The clips of ``folder`` (:func:`read_face_clips`) without those of actor
+    ``hold_out``, kept for evaluating how the model reads a face it never saw. A
+    ``hold_out`` that names no actor of the folder is a :class:`DataError`."""
+    clips = read_face_clips(folder)
+    actors = sorted({c.actor for c in clips})
+    if hold_out is not None and hold_out not in actors:
+        raise DataError(f"no clip of the held-out actor {hold_out!r}; actors here: {actors}", file=folder)
+    return tuple(c for c in clips if c.actor != hold_out)
+
+
 def pick_face_clip(clips: Sequence[FaceClip], emotion: str, key: str) -> Optional[FaceClip]:
     """One of ``clips`` showing ``emotion``, chosen by ``key`` (stable across runs), or
     ``None`` when none shows it."""
