@@ -224,6 +224,28 @@ def test_gold_targets_and_labels_reach_the_batch(model, corpus, store):
     assert batch["timbre_label"].tolist() == [sd.profile_labels["timbre"].index("low")] * 2
 
 
+def test_stage_four_shows_a_fixed_share_of_examples_as_text_alone(model, corpus, store):
+    from empatheia.data.dataset import text_only
+
+    with_media = StageCollator(model.processor)([StageDataset(corpus, model.processor, 4, gold_features=store)[i] for i in (0, 1)])
+    everything = StageDataset(corpus, model.processor, 4, gold_features=store, text_only_share=1.0)
+    batch = StageCollator(model.processor)([everything[i] for i in (0, 1)])
+    ids = model.token_ids
+    for key in ("audio", "video", "audio_features", "video_features"):
+        assert key not in batch
+    assert not (batch["input_ids"] == ids.audio_placeholder).any() and not (batch["input_ids"] == ids.video_placeholder).any()
+    assert (with_media["input_ids"] == ids.audio_placeholder).any()
+    # Targets, gold features and labels are the example's own either way.
+    assert torch.equal(batch["speech_content_target"], with_media["speech_content_target"])
+    assert batch["emotion_label"].tolist() == with_media["emotion_label"].tolist()
+    # The share is chosen by the example's id: the same examples every time, about the share asked.
+    picked = [text_only(f"example-{i}", 0.3) for i in range(2000)]
+    assert picked == [text_only(f"example-{i}", 0.3) for i in range(2000)]
+    assert 0.27 < sum(picked) / 2000 < 0.33
+    with pytest.raises(ValueError, match="stage 4"):
+        StageDataset(corpus, model.processor, 3, gold_features=store, text_only_share=0.5)
+
+
 def test_ed_conversations_train_stage_one_without_invented_chain_steps(model):
     corpus = read_dataset(shared_data("ed/ed_valid_conversations.jsonl"))
     assert corpus.format == "ed-conversations" and corpus.conversations == 2770

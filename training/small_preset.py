@@ -52,8 +52,10 @@ SETTINGS: Dict[int, Dict[str, object]] = {
         "optim.warmup_steps": 10},
     3: {"optim.batch_size": 8, "optim.gradient_accumulation_steps": 1, "optim.learning_rate": 5e-4,
         "optim.warmup_steps": 10},
+    # Half of stage 4's examples as text alone: ED's held-out dialogues and the demo are
+    # typed, and the Style Disentangler's running statistics must cover those prompts too.
     4: {"optim.batch_size": 4, "optim.gradient_accumulation_steps": 2, "optim.learning_rate": 1e-4,
-        "optim.warmup_steps": 10},
+        "optim.warmup_steps": 10, "data.text_only_share": 0.5},
 }
 
 

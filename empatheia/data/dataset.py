@@ -20,6 +20,8 @@ that responds). A label the data does not have is ``-100`` (ignored by the loss)
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
 
@@ -59,6 +61,13 @@ class StageExample:
     """The dialogue's id, carried into the batch's ``ids`` so errors can name examples."""
 
 
+def text_only(example_id: Optional[str], share: float) -> bool:
+    """Whether the example ``example_id`` falls in the ``share`` shown as text alone
+    (a hash of the id, so the choice is the same in every epoch and process)."""
+    draw = int(hashlib.sha256(f"text-only:{example_id}".encode()).hexdigest(), 16) % 10_000 / 10_000
+    return draw < share
+
+
 class StageDataset(Dataset):
     """The examples of one training stage.
 
@@ -72,6 +81,8 @@ class StageDataset(Dataset):
         on_error: ``"raise"`` on a bad example, or ``"skip"`` it: it comes back as a
             :class:`~empatheia.errors.SkippedSample` that :class:`StageCollator`
             reports in the batch's ``skipped`` list.
+        text_only_share: stage 4 only: this share of the examples (by a hash of their
+            id) is shown without the turns' speech and video.
     """
 
     def __init__(
@@ -83,8 +94,14 @@ class StageDataset(Dataset):
         labels: Optional[LabelSets] = None,
         media_cache: Optional["MediaFeatureCache"] = None,
         on_error: str = "raise",
+        text_only_share: float = 0.0,
     ):
         self.mode = stage_mode(stage)
+        if not 0.0 <= text_only_share <= 1.0:
+            raise ValueError(f"text_only_share must be in [0, 1], got {text_only_share}")
+        if text_only_share and stage != 4:
+            raise ValueError(f"text_only_share applies to stage 4 (text beside media), not stage {stage}")
+        self.text_only_share = text_only_share
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if STAGE_FEATURES[stage] and gold_features is None:
@@ -116,6 +133,10 @@ class StageDataset(Dataset):
             raise DataError(f"stage {self.stage} reads the turns' speech and video, and this dialogue has none", field="turns")
         if not dialogue.response and self.stage != 3:
             raise DataError("has no gold response to train on", field="response")
+        if self.text_only_share and text_only(dialogue.id, self.text_only_share):
+            dialogue = dataclasses.replace(
+                dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns]
+            )
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
         return StageExample(encoded, self._features(dialogue), self._labels(dialogue), dialogue.id)
 

@@ -55,6 +55,11 @@ class DataSection:
     """A YAML of the dataset's own label sets (``emotions``, ``profile``,
     ``emotion_fold``); default: the model's."""
     media_cache: Optional[str] = None
+    text_only_share: float = 0.0
+    """Stage 4: the share of training examples (chosen by a hash of their id, so the same
+    ones every epoch) shown without their turns' speech and video, as a user who only
+    types is. Their signal states then train the Style Disentangler too, and its running
+    statistics cover both kinds of prompt."""
     on_error: str = "raise"
     """``raise`` at the first unusable example, or ``skip`` it and list it in
     ``skipped.jsonl``."""

@@ -69,7 +69,8 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
         )
         skipped.skipped.extend(corpus.skipped.skipped)
         usable = _with_stage_targets(corpus.dialogues, stage, store, Path(path), data.on_error, skipped)
-        return StageDataset(usable, processor, stage, store, labels, cache, on_error=data.on_error)
+        share = data.text_only_share if role == "train" else 0.0
+        return StageDataset(usable, processor, stage, store, labels, cache, on_error=data.on_error, text_only_share=share)
 
     train = dataset(data.train, data.gold_features, "train")
     evaluation = dataset(data.eval, data.eval_gold_features, "eval") if data.eval else None
