@@ -229,3 +229,26 @@ def test_face_clip_names_that_do_not_parse_name_the_file(tmp_path):
     (tmp_path / "clip.mp4").write_bytes(b"")
     with pytest.raises(DataError, match="clip.mp4"):
         read_face_clips(tmp_path)
+
+
+def test_stage_one_can_stand_on_a_trained_language_core(tmp_path):
+    from safetensors.torch import load_file
+
+    from empatheia import Empatheia
+    from training.small_preset import export_metrics, language_core_from
+
+    donor = Empatheia.from_preset("tiny")
+    with torch.no_grad():
+        for _, param in donor.parameter_groups()["lora"]:
+            param.add_(0.5)
+    weights = donor.save_pretrained(tmp_path / "donor") / "empatheia.safetensors"
+    stage1 = language_core_from(weights, tmp_path / "run" / "stage1_coe", preset="tiny")
+    saved = load_file(str(stage1 / "final" / "empatheia.safetensors"))
+    donated = load_file(str(weights))
+    fresh = Empatheia.from_preset("tiny", trained=False).trained_state_dict()
+    for key, value in saved.items():
+        # The language core is the donor's; projectors and heads start fresh.
+        expected = donated[key] if key.startswith("language_model.") else fresh[key]
+        assert torch.equal(value, expected), key
+    summary = export_metrics({"stage1_coe": stage1}, tmp_path / "metrics").read_text()
+    assert "not trained in this run: the language core of empatheia.safetensors" in summary

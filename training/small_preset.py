@@ -24,6 +24,7 @@ newest checkpoint. The result is ``OUT/stage4_joint/final``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import multiprocessing
@@ -127,6 +128,8 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
     state.update(core)
     model.load_trained_state_dict(state, source=str(weights))
     model.save_pretrained(final)
+    digest = hashlib.sha256(Path(weights).read_bytes()).hexdigest()
+    (output_dir / SOURCE_NAME).write_text(json.dumps({"language_core_from": str(weights), "sha256": digest}, indent=1) + "\n")
     print(f"[small] stage 1: the language core of {weights} in {final}")
     return output_dir
 
@@ -139,6 +142,8 @@ def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
 
 
 _STATISTICS = (".running_mean", ".running_var")
+SOURCE_NAME = "source.json"
+"""Written in place of a stage's metrics when ``--stage1-from`` stood in for its training."""
 
 
 def export_weights(final: Path, folder: Path, dtype=None) -> Path:
@@ -178,6 +183,12 @@ def export_metrics(stage_dirs: Dict[str, Path], folder: Path) -> Path:
     ]
     for name, stage_dir in stage_dirs.items():
         (folder / name).mkdir(parents=True, exist_ok=True)
+        if (stage_dir / SOURCE_NAME).is_file() and not (stage_dir / "metrics.jsonl").is_file():
+            source = json.loads((stage_dir / SOURCE_NAME).read_text())
+            shutil.copyfile(stage_dir / SOURCE_NAME, folder / name / SOURCE_NAME)
+            lines.append(f"| {name} | – | – | – | – | not trained in this run: the language core of "
+                         f"{Path(source['language_core_from']).name} (sha256 {source['sha256'][:12]}) |")
+            continue
         for file in ("metrics.jsonl", "train_config.yaml"):
             shutil.copyfile(stage_dir / file, folder / name / file)
         rows = [json.loads(line) for line in (stage_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -186,7 +197,7 @@ def export_metrics(stage_dirs: Dict[str, Path], folder: Path) -> Path:
             raise ValueError(f"{stage_dir / 'metrics.jsonl'}: no training rows")
         last = train[-1]
         tail = [r["loss"] for r in train[-5:]]
-        terms = ", ".join(f"{k} {v:.4g}" for k, v in last.items() if k.startswith(("loss_", "kl_")))
+        terms = ", ".join(f"{k} {v:.4g}" for k, v in last.items() if k.startswith(("loss_", "kl_", "weighted_")))
         lines.append(
             f"| {name} | {last['step']} | {last['examples']} | {train[0]['loss']:.4f} | {sum(tail) / len(tail):.4f} | {terms} |"
         )
