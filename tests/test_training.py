@@ -411,3 +411,22 @@ def test_a_process_spawned_after_training_starts_a_lone_group_of_its_own():
     rank, world_size, port = reported
     assert (rank, world_size) == (0, 1) and port != os.environ["MASTER_PORT"]
     assert child.exitcode == 0
+
+
+def test_heads_and_projectors_can_train_at_their_own_rate():
+    from empatheia import Empatheia
+    from empatheia.training.config import TrainConfig
+    from empatheia.training.loop import _optimizer
+
+    model = Empatheia.from_preset("tiny").set_stage(4)
+    config = TrainConfig(stage=4)
+    config.optim.learning_rate, config.optim.head_learning_rate = 1e-4, 5e-4
+    optimizer = _optimizer(model, config)
+    rate = {id(p): group["lr"] for group in optimizer.param_groups for p in group["params"]}
+    groups = model.parameter_groups()
+    assert {rate[id(p)] for key in ("projectors", "content_synchronizer", "style_disentangler") for _, p in groups[key]} == {5e-4}
+    assert {rate[id(p)] for key in ("lora", "signal_rows") for _, p in groups[key]} == {1e-4}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert sorted(rate) == sorted(id(p) for p in trainable)  # every trainable parameter, once
+    config.optim.head_learning_rate = None
+    assert {g["lr"] for g in _optimizer(model, config).param_groups} == {1e-4}

@@ -55,8 +55,9 @@ SETTINGS: Dict[int, Dict[str, object]] = {
         "optim.warmup_steps": 10},
     # Half of stage 4's examples as text alone: ED's held-out dialogues and the demo are
     # typed, and the Style Disentangler's running statistics must cover those prompts too.
+    # The heads and projectors keep stage 2-3's rate while LoRA adapts at a fifth of it.
     4: {"optim.batch_size": 4, "optim.gradient_accumulation_steps": 2, "optim.learning_rate": 1e-4,
-        "optim.warmup_steps": 10, "data.text_only_share": 0.5},
+        "optim.head_learning_rate": 5e-4, "optim.warmup_steps": 10, "data.text_only_share": 0.5},
 }
 
 

@@ -74,6 +74,9 @@ class OptimConfig:
     """Micro-batch per process."""
     gradient_accumulation_steps: int = 8
     learning_rate: float = 5e-5
+    head_learning_rate: Optional[float] = None
+    """Learning rate of the projectors and both heads, which train from scratch in the
+    stages that add them while LoRA only adapts the core (``None``: ``learning_rate``)."""
     weight_decay: float = 0.001
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = 1e-8

@@ -11,7 +11,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -173,18 +173,26 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+_HEAD_GROUPS = ("projectors", "content_synchronizer", "style_disentangler")
+
+
 def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW over the stage's trainable parameters; biases and norms get no decay."""
-    decay, no_decay = [], []
+    """AdamW over the stage's trainable parameters; biases and norms get no decay; the
+    projectors and heads take ``optim.head_learning_rate`` when it is set."""
+    optim = config.optim
+    head_lr = optim.head_learning_rate if optim.head_learning_rate is not None else optim.learning_rate
+    heads = {id(p) for key in _HEAD_GROUPS for _, p in model.parameter_groups()[key]}
+    groups: Dict[Tuple[bool, bool], List[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:
-            (decay if param.ndim >= 2 else no_decay).append(param)
-    if not decay and not no_decay:
+            groups.setdefault((id(param) in heads, param.ndim >= 2), []).append(param)
+    if not groups:
         raise ConfigError(f"stage {config.stage} leaves no parameter to train")
-    optim = config.optim
-    groups = [{"params": decay, "weight_decay": optim.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(
-        [g for g in groups if g["params"]], lr=optim.learning_rate, betas=tuple(optim.betas), eps=optim.eps
+        [{"params": params, "lr": head_lr if head else optim.learning_rate,
+          "weight_decay": optim.weight_decay if decays else 0.0}
+         for (head, decays), params in sorted(groups.items())],
+        lr=optim.learning_rate, betas=tuple(optim.betas), eps=optim.eps,
     )
 
 
