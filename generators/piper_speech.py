@@ -331,6 +331,7 @@ class PiperSpeech(SpeechGenerator):
         self._model_bytes = _with_duration_output(self.model_path.read_bytes())
         self.hop_length = int(json.loads(config_path.read_text()).get("audio", {}).get("hop_length", DEFAULT_HOP_LENGTH))
         self._session_lock = threading.Lock()
+        self._phonemize_lock = threading.Lock()
         table_size = max(max(ids) for ids in self.voice.config.phoneme_id_map.values()) + 1
         self.unit_vocab_size = int(table_size)
         rng = np.random.default_rng(0x5EED)
@@ -340,7 +341,20 @@ class PiperSpeech(SpeechGenerator):
     def _phoneme_ids(self, text: str) -> List[List[int]]:
         """Piper's phoneme ids per sentence, without BOS/EOS/padding: what it reads."""
         id_map = self.voice.config.phoneme_id_map
-        return [[id_map[p][0] for p in sentence if p in id_map] for sentence in self.voice.phonemize(text)]
+        return [[id_map[p][0] for p in sentence if p in id_map] for sentence in self._phonemes(text)]
+
+    def _phonemes(self, text: str) -> List[List[str]]:
+        """espeak-ng's phonemes of ``text`` per sentence, read from a flushed state.
+
+        espeak-ng carries clause state from one call to the next: after a text that ends
+        in "..", the next one reads differently (measured: "Have you ever felt really
+        ashamed?" gave 41 phonemes instead of 35). A text must always read the same, in
+        any process and after any other text, since its phoneme count sizes C^s and the
+        alignment written when rendering must match the units extracted later; so every
+        call first phonemizes a lone full stop, which ends whatever clause was open."""
+        with self._phonemize_lock:
+            self.voice.phonemize(_FLUSH_TEXT)
+            return self.voice.phonemize(text)
 
     def content_length(self, text: str) -> int:
         return sum(len(ids) for ids in self._phoneme_ids(text))
@@ -573,7 +587,7 @@ class PiperSpeech(SpeechGenerator):
         return best
 
     def fingerprint(self) -> str:
-        return f"PiperSpeech/{self.model_path.stem}/prosody-v2/c{self.features.content_dim}/s{self.features.style_dim}"
+        return f"PiperSpeech/{self.model_path.stem}/prosody-v2/phonemes-flushed/c{self.features.content_dim}/s{self.features.style_dim}"
 
 
 DEFAULT_HOP_LENGTH = 256
@@ -598,6 +612,10 @@ def _with_duration_output(model_bytes: bytes) -> bytes:
     if found[0] not in [output.name for output in model.graph.output]:
         model.graph.output.append(onnx.helper.make_tensor_value_info(found[0], onnx.TensorProto.FLOAT, None))
     return model.SerializeToString()
+
+
+_FLUSH_TEXT = "."
+"""What :meth:`PiperSpeech._phonemes` reads first, to close any clause espeak-ng left open."""
 
 
 def _packaged_model() -> Path:
