@@ -38,7 +38,7 @@ ED = [
 def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     data = write_jsonl(tmp_path / "ed.jsonl", ED)
     out = tmp_path / "run"
-    argv = ["eval", "--preset", "tiny", "--data", str(data), "--out", str(out), "--max-new-tokens", "4",
+    argv = ["eval", "--preset", "tiny", "--data", str(data), "--out", str(out), "--max-new-tokens", "16",
             "--no-progress", "--animate", "--multimodal"]
     assert run_cli(argv) == 0
 

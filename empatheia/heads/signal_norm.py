@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -22,7 +23,8 @@ class SignalStandardizer(nn.Module):
     The statistics are running averages updated in training, never batch statistics, so a
     batch of four standardises the same way as inference does. The first updates average
     cumulatively, then ``momentum`` takes over. They are buffers: saved with the head, not
-    trained by the optimiser.
+    trained by the optimiser. Under data parallelism every process updates with the
+    statistics of all processes' batches, so the buffers stay identical across ranks.
     """
 
     def __init__(self, length: int, dim: int, momentum: float = 0.01, eps: float = 1e-4):
@@ -35,6 +37,14 @@ class SignalStandardizer(nn.Module):
     @torch.no_grad()
     def _update(self, x: torch.Tensor) -> None:
         batch_mean, batch_var = x.mean(0), x.var(0, unbiased=False)  # (length, dim) each
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # Every process updates with the statistics of all processes' batches, so the
+            # ranks keep identical buffers (the processes step in lockstep with equal
+            # micro-batches, as data-parallel training does).
+            moments = torch.stack([batch_mean, batch_var + batch_mean**2])
+            dist.all_reduce(moments)
+            moments /= dist.get_world_size()
+            batch_mean, batch_var = moments[0], (moments[1] - moments[0] ** 2).clamp(min=0.0)
         rate = max(1.0 / (int(self.updates) + 1), self.momentum)
         delta = batch_mean - self.running_mean
         # The variance of a mixture of the old statistics and the batch's.
