@@ -430,3 +430,24 @@ def test_heads_and_projectors_can_train_at_their_own_rate():
     assert sorted(rate) == sorted(id(p) for p in trainable)  # every trainable parameter, once
     config.optim.head_learning_rate = None
     assert {g["lr"] for g in _optimizer(model, config).param_groups} == {1e-4}
+
+
+def test_media_are_cached_outside_cpu_autocast(monkeypatch):
+    # bf16 autocast on the CPU wraps the training forward; the media cache's encoders must
+    # run outside it (Whisper's mel front end failed on a bf16 tensor in stage 3).
+    from types import SimpleNamespace
+
+    from empatheia.training import loop
+
+    seen = []
+
+    class Cache:
+        def complete(self, batch, model):
+            seen.append(torch.is_autocast_cpu_enabled())
+            return batch
+
+    data = SimpleNamespace(train=SimpleNamespace(media_cache=Cache()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loop._encode_media({"ids": ["a"]}, data, None, {"zero_optimization": {"stage": 0}})
+        assert torch.is_autocast_cpu_enabled()
+    assert seen == [False]

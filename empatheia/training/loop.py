@@ -220,7 +220,10 @@ def _encode_media(batch: Dict[str, object], data: StageData, model: Empatheia, d
     cache = data.train.media_cache
     if cache is None or zero_stage(ds_config) == 3:
         return batch
-    with torch.no_grad():
+    # The frozen encoders ignore CPU autocast here as in Empatheia.encode_media: the cache
+    # holds the fp32 features inference computes (and Whisper's mel front end cannot
+    # hand a bf16 tensor to numpy).
+    with torch.no_grad(), torch.autocast("cpu", enabled=False):
         return cache.complete(batch, model)
 
 
