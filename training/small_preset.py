@@ -213,7 +213,8 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/small"))
     parser.add_argument("--stage1-steps", type=int, default=640, help="about two epochs of the split at 16 a step")
     parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
-    parser.add_argument("--media-steps", type=int, default=100, help="optimizer steps of stages 2, 3 and 4 each")
+    parser.add_argument("--media-steps", type=int, default=150, help="optimizer steps of stages 2, 3 and 4 each")
+    parser.add_argument("--stage4-steps", type=int, help="optimizer steps of stage 4 (default: --media-steps)")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--faces", type=Path, help="recorded face clips (MEAD names) that half the rendered "
                                                    "conversations' speakers show instead of the drawn avatar")
@@ -273,7 +274,8 @@ def main(argv=None) -> None:
     extract_gold_features(sources, gold_feature_extractors(*build_generators(config)), gold, batch_size=16)
     for stage in (2, 3, 4):
         if stage in stages:
-            previous = run_stage(stage, args.out, rendered, args.media_steps, gold=gold, previous=previous,
+            steps = args.stage4_steps if stage == 4 and args.stage4_steps else args.media_steps
+            previous = run_stage(stage, args.out, rendered, steps, gold=gold, previous=previous,
                                  preset=args.preset, extra=args.set, isolated=not args.in_process)
         else:
             previous = args.out / RECIPES[stage]
