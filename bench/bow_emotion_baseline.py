@@ -37,13 +37,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True)
     parser.add_argument("--predictions", type=Path, help="a model's predictions.jsonl to compare with, paired")
+    parser.add_argument("--subset", action="store_true",
+                        help="score only the held-out examples the predictions cover (an eval run with --limit)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         split = split_ed_file(args.ed, tmp)
         train, test = read_dataset(split["train"]), read_dataset(split["eval"])
     texts = [dialogue_text(d) for d in train]
     test_texts = [dialogue_text(d) for d in test]
-    chain = read_chain_emotions(args.predictions, [d.id for d in test]) if args.predictions else None
+    chain = read_chain_emotions(args.predictions, [d.id for d in test], args.subset) if args.predictions else None
+    if chain is not None and args.subset:
+        test.dialogues = [d for d in test if d.id in chain]
+        print(f"scoring the {len(test.dialogues)} held-out examples the predictions cover (--subset)")
     print(f"{len(train)} training examples ({train.conversations} conversations), "
           f"{len(test)} held-out examples ({test.conversations} conversations)")
     for name, label in (("32 ED labels", normalize_label), ("7 classes", fold_emotion)):
@@ -65,8 +70,9 @@ def main() -> None:
                   f"McNemar exact p = {paired.p_value:.2g}")
 
 
-def read_chain_emotions(path: Path, ids) -> dict:
-    """``id -> chain_emotion`` (or None) for every held-out id; a missing id is an error."""
+def read_chain_emotions(path: Path, ids, subset: bool = False) -> dict:
+    """``id -> chain_emotion`` (or None) for every held-out id; a missing id is an error
+    unless ``subset`` (then the predictions' ids must all be held-out ones)."""
     chain = {}
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
@@ -76,6 +82,11 @@ def read_chain_emotions(path: Path, ids) -> dict:
                     raise SystemExit(f"{path}:{number}: record has no 'id'")
                 chain[record["id"]] = record.get("chain_emotion")
     missing = [i for i in ids if i not in chain]
+    if subset:
+        stray = sorted(set(chain) - set(ids))
+        if stray:
+            raise SystemExit(f"{path}: {len(stray)} predictions are not held-out examples, e.g. {stray[:3]}")
+        missing = []
     if missing:
         raise SystemExit(f"{path}: no prediction for {len(missing)} held-out ids, e.g. {missing[:3]}")
     return chain
