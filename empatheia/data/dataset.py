@@ -61,11 +61,17 @@ class StageExample:
     """The dialogue's id, carried into the batch's ``ids`` so errors can name examples."""
 
 
+def stable_fraction(key: str) -> float:
+    """A number in [0, 1) fixed by ``key`` (from its SHA-256): the same in every run,
+    epoch and process, unlike a random draw, and spread uniformly over keys."""
+    digest = hashlib.sha256(key.encode()).digest()[:8]
+    return int.from_bytes(digest, "little") / float(1 << 64)
+
+
 def text_only(example_id: Optional[str], share: float) -> bool:
     """Whether the example ``example_id`` falls in the ``share`` shown as text alone
     (a hash of the id, so the choice is the same in every epoch and process)."""
-    draw = int(hashlib.sha256(f"text-only:{example_id}".encode()).hexdigest(), 16) % 10_000 / 10_000
-    return draw < share
+    return stable_fraction(f"text-only:{example_id}") < share
 
 
 class StageDataset(Dataset):

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import DataError
+from .dataset import stable_fraction
 from .emotions import fold_emotion
 
 PathLike = Union[str, Path]
@@ -152,8 +153,7 @@ def utterance_intensity(base: float, conv_id: str, turn: int) -> float:
     """``base`` varied by up to :data:`INTENSITY_JITTER` (relative) per utterance, seeded by
     the conversation and the turn, clipped to [0, 1]: the same utterance always gets the
     same value, and the data is not a fixed function of the folded emotion."""
-    digest = int.from_bytes(hashlib.sha256(f"intensity:{conv_id}:{turn}".encode()).digest()[:8], "little")
-    unit = digest / float(1 << 64)  # uniform in [0, 1)
+    unit = stable_fraction(f"intensity:{conv_id}:{turn}")
     return float(min(max(base * (1.0 + INTENSITY_JITTER * (2.0 * unit - 1.0)), 0.0), 1.0))
 
 
@@ -290,8 +290,7 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     profiles = {role: pooled_profile(conv_id, role) for role in ("speaker", "listener")}
     folder = Path(out_dir) / "clips" / _safe(conv_id)
     folder.mkdir(parents=True, exist_ok=True)
-    draw = int(hashlib.sha256(f"real-face:{conv_id}".encode()).hexdigest(), 16) % 10_000 / 10_000
-    real_faces = draw < settings.real_face_share
+    real_faces = stable_fraction(f"real-face:{conv_id}") < settings.real_face_share
     turns = []
     for index, (text, role) in enumerate(zip(utterances, roles)):
         shown, base = (emotion, SPEAKER_INTENSITY) if role == "speaker" else LISTENER_EXPRESSION[emotion]
