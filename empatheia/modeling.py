@@ -335,8 +335,10 @@ class Empatheia(nn.Module):
                     f"{video_lengths.tolist()} rows, speech_content_mask {speech_lengths.tolist()} "
                     "(stale per-frame gold features? re-extract them)"
                 )
+            # A text dialogue without gold features (mask all False) still gets one content
+            # row, which its masks then leave out of L_ccl.
             content = self.content_synchronizer(
-                hidden, batch["response_mask"], speech_lengths, batch.get("speech_units")
+                hidden, batch["response_mask"], speech_lengths.clamp(min=1), batch.get("speech_units")
             )
             terms.update(self.content_losses(content, batch))
         if stage in (3, 4):
@@ -414,10 +416,12 @@ class Empatheia(nn.Module):
 
     def style_losses(self, style: StyleOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Eq. 10 (squared distance per modality, summed over features, averaged over the
-        batch) and eq. 11 (cross-entropy of the emotion and of each profile attribute,
+        items that have style targets: all, unless ``style_target_mask`` ``(B,)`` says
+        otherwise) and eq. 11 (cross-entropy of the emotion and of each profile attribute,
         summed)."""
-        sal_speech = _squared_distance(style.speech_style, batch["speech_style_target"], None, "speech_style")
-        sal_video = _squared_distance(style.video_style, batch["video_style_target"], None, "video_style")
+        rows = batch.get("style_target_mask")
+        sal_speech = _squared_distance(style.speech_style, batch["speech_style_target"], rows, "speech_style")
+        sal_video = _squared_distance(style.video_style, batch["video_style_target"], rows, "video_style")
         terms = {"loss_sal_speech": sal_speech, "loss_sal_video": sal_video, "loss_sal": sal_speech + sal_video}
         cls = _cross_entropy(style.emotion_logits, batch["emotion_label"])
         terms["loss_cls_emotion"] = cls
@@ -737,13 +741,18 @@ def _require_keys(batch: Dict[str, torch.Tensor], stage: int) -> None:
 def _squared_distance(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor], name: str) -> torch.Tensor:
     """Eqs. 9-10's squared Euclidean distance ``||pred - target||^2``, summed over the
     feature dimensions and averaged over the valid rows: ``pred`` ``(B, L, D)`` with
-    ``mask`` ``(B, L)`` (content, one distance per unit) or ``(B, D)`` without (style,
-    one per item)."""
+    ``mask`` ``(B, L)`` (content, one distance per unit) or ``(B, D)`` (style, one per
+    item) with an optional ``mask`` ``(B,)``. With no valid row the result is 0 and still
+    part of the graph."""
     target = target.to(pred.device, pred.dtype)
-    if pred.shape[-1] != target.shape[-1] or (mask is None and pred.shape != target.shape):
+    if pred.shape[-1] != target.shape[-1] or (pred.dim() == 2 and pred.shape != target.shape):
         raise ValueError(f"{name}: prediction has shape {tuple(pred.shape)} but the target has {tuple(target.shape)}")
-    if mask is None:
-        return ((pred - target) ** 2).sum(-1).mean()
+    if pred.dim() == 2:
+        distance = ((pred - target) ** 2).sum(-1)  # (B,)
+        if mask is None:
+            return distance.mean()
+        mask = mask.to(pred.device, pred.dtype)
+        return (distance * mask).sum() / mask.sum().clamp(min=1)
     mask = mask[:, : pred.shape[1]].to(pred.dtype)
     target = target[:, : pred.shape[1]]
     return (((pred - target) ** 2).sum(-1) * mask).sum() / mask.sum().clamp(min=1)

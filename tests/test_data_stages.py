@@ -246,6 +246,40 @@ def test_stage_four_shows_a_fixed_share_of_examples_as_text_alone(model, corpus,
         StageDataset(corpus, model.processor, 3, gold_features=store, text_only_share=0.5)
 
 
+def test_text_dialogues_train_the_classifiers_and_stay_out_of_the_feature_losses(model, corpus, store):
+    text = read_dataset(shared_data("ed/ed_valid_conversations.jsonl")).dialogues[:2]
+    dataset = StageDataset(corpus, model.processor, 4, gold_features=store, text_dialogues=text)
+    assert len(dataset) == len(corpus) + 2
+    collate = StageCollator(model.processor)
+    mixed = collate([dataset[0], dataset[len(corpus)]])
+    assert mixed["style_target_mask"].tolist() == [True, False]
+    assert mixed["speech_content_mask"][1].sum() == 0 and mixed["video_content_mask"][1].sum() == 0
+    assert mixed["speech_content_mask"][0].sum() > 0
+    ids = model.token_ids
+    assert not (mixed["input_ids"][1] == ids.audio_placeholder).any()
+    sd = model.config.style_disentangler
+    assert mixed["emotion_label"][1] == model.label_sets().emotion_index(text[0].emotion) >= 0
+    was_training = model.training
+    model.set_stage(4).eval()  # no sampled latents: the two batches are compared
+    # The text row changes neither feature loss: each equals that of the media row alone.
+    alone = model(collate([dataset[0]]), 4)
+    both = model(mixed, 4)
+    for term in ("loss_ccl", "loss_sal"):
+        assert torch.allclose(both[term], alone[term], atol=1e-5), term
+    # but it is in the classification loss, whose gradient reaches the Style Disentangler.
+    assert not torch.allclose(both["loss_cls_emotion"], alone["loss_cls_emotion"])
+    only_text = collate([dataset[len(corpus)], dataset[len(corpus) + 1]])
+    out = model(only_text, 4)
+    assert out["loss_ccl"] == 0 and out["loss_sal"] == 0 and out["loss_cls_emotion"] > 0
+    out["loss"].backward()
+    grads = [p.grad for p in model.style_disentangler.emotion_classifier.parameters()]
+    assert all(g is not None and g.abs().sum() > 0 for g in grads)
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    with pytest.raises(ValueError, match="stage 4"):
+        StageDataset(corpus, model.processor, 3, gold_features=store, text_dialogues=text)
+
+
 def test_ed_conversations_train_stage_one_without_invented_chain_steps(model):
     corpus = read_dataset(shared_data("ed/ed_valid_conversations.jsonl"))
     assert corpus.format == "ed-conversations" and corpus.conversations == 2770

@@ -134,13 +134,15 @@ def test_the_example_dialogues_come_with_their_media():
 
 
 def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
-    """training/small_preset.py: split, stage 1, render, gold features, stages 2-4."""
+    """training/small_preset.py: split, stage 1, render, gold features, stages 2-4, the
+    style refit."""
     from training import small_preset
 
     records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(12)]
     source = _write(tmp_path / "ed.jsonl", records)
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
                        "--render", "3", "--media-steps", "2", "--workers", "1",
+                       "--style-refit-steps", "3", "--text-dialogues", "4",
                        "--export-weights", str(tmp_path / "weights"), "--export-stage", "3",
                        "--export-metrics", str(tmp_path / "metrics"),
                        "--set", "mixed_precision=no", "--set", "model.overrides={loss.chain_emotion_weight: 0.5}"])
@@ -166,10 +168,17 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     for key, value in model.trained_state_dict().items():
         torch.testing.assert_close(value, full[key], rtol=1e-3, atol=1e-3)
     assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [
-        "stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "summary.md"]
+        "stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "style_refit", "summary.md"]
     summary = (tmp_path / "metrics" / "summary.md").read_text().splitlines()
     stage4 = [json.loads(r) for r in (final.parent / "metrics.jsonl").read_text().splitlines()]
-    assert len(summary) == 6 and summary[-1].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
+    assert len(summary) == 7 and summary[-2].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
+    # The style refit changed the Style Disentangler of stage 4's model and nothing else,
+    # on the 3 rendered dialogues with and without media and 4 more as text.
+    refit = load_file(str(tmp_path / "run" / "style_refit" / "final" / "empatheia.safetensors"))
+    changed = {k.split(".")[0] for k in refit if not torch.equal(refit[k], load_file(str(final / "empatheia.safetensors"))[k])}
+    assert changed == {"style_disentangler"}
+    ran = yaml.safe_load((tmp_path / "run" / "style_refit" / "train_config.yaml").read_text())
+    assert (ran["examples"], ran["text_dialogues"], ran["steps"]) == (10, 4, 3)
     assert (tmp_path / "metrics" / "stage4_joint" / "metrics.jsonl").read_text() == (final.parent / "metrics.jsonl").read_text()
     split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
     assert (split["train"], split["eval"]) == (10, 2)

@@ -90,9 +90,8 @@ def test_stages_chain_into_a_model_that_responds(avatar, tmp_path):
     assert response.speech_content.shape[-1] == model.config.content_synchronizer.speech_content_dim
 
 
-def test_stage_one_reads_a_text_only_file(tmp_path):
-    conversations = tmp_path / "ed.jsonl"
-    conversations.write_text(
+def _ed_file(path):
+    path.write_text(
         json.dumps(
             {
                 "conv_id": "hit:1_conv:2",
@@ -104,10 +103,30 @@ def test_stage_one_reads_a_text_only_file(tmp_path):
         )
         + "\n"
     )
+    return path
+
+
+def test_stage_one_reads_a_text_only_file(tmp_path):
+    conversations = _ed_file(tmp_path / "ed.jsonl")
     config = tiny_config(1, tmp_path / "run", conversations, max_steps=2, **{"optim.batch_size": 2})
     result = stage1_coe.run(config)
     assert result.state.step == 2 and result.state.examples == 4
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2]
+
+
+def test_stage_four_trains_on_text_dialogues_beside_the_rendered_ones(tmp_path, avatar, stage1_output):
+    train, gold = avatar
+    text = _ed_file(tmp_path / "ed.jsonl")
+    config = tiny_config(4, tmp_path / "run", train, gold=gold, init=stage1_output, max_steps=2,
+                         **{"data.text_train": str(text)})
+    model = stage4_joint.start_model(config, require_init=True)
+    data = stage4_joint.build_stage_data(config, model.processor, model.label_sets())
+    media = len(data.train.dialogues)
+    assert len(data.train.text_dialogues) == 2 and len(data.train) == media + 2
+    result = stage4_joint.train(config, model, data)
+    assert result.state.step == 2
+    with pytest.raises(ConfigError, match="data.text_train: text dialogues join stage 4"):
+        stage3_sac.run(tiny_config(3, tmp_path / "run3", train, gold=gold, init=stage1_output, **{"data.text_train": str(text)}))
 
 
 def test_finetuning_on_an_avatar_dataset_with_its_own_labels(tmp_path, stage1_output):

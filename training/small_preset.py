@@ -9,8 +9,12 @@
    animated by the offline generators, each utterance in its emotion's style.
 4. Gold features of those renderings from the same generators.
 5. Stages 2, 3 and 4 on the rendered set, each starting from the previous stage.
-6. With ``--export-weights DIR``: the trained parts of ``OUT/stage4_joint/final`` (or of
-   stage ``--export-stage``'s) in half precision into ``DIR/empatheia.safetensors``
+6. The Style Disentangler alone, ``--style-refit-steps`` steps on stage 4's frozen signal
+   states (:mod:`empatheia.training.style_refit`) of the rendered dialogues, with and
+   without their media, and of ``--text-dialogues`` more training-split dialogues as text,
+   into ``OUT/style_refit/final``.
+7. With ``--export-weights DIR``: the trained parts of the last of these (or of stage
+   ``--export-stage``'s) in half precision into ``DIR/empatheia.safetensors``
    (``empatheia/weights/small`` is where :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
    in ``DIR/summary.md``.
@@ -18,7 +22,8 @@
 Every stage runs the repository's recipe with its stage config, the overrides in
 :data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of its own (``--in-process``: all in this
 one); a stage whose ``final/`` exists is skipped, and an interrupted one resumes from its
-newest checkpoint. The result is ``OUT/stage4_joint/final``.
+newest checkpoint. The result is ``OUT/style_refit/final`` (``OUT/stage4_joint/final``
+with ``--style-refit-steps 0``).
 """
 
 from __future__ import annotations
@@ -135,6 +140,58 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
     return output_dir
 
 
+REFIT = "style_refit"
+
+
+def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: Path, text_dialogues: int, steps: int,
+                seed: int = 0) -> Path:
+    """Step 6: refit stage 4's Style Disentangler on its frozen signal states; writes
+    ``out/style_refit/{final,metrics.jsonl,train_config.yaml}`` (skipped when ``final/``
+    exists) and returns that folder."""
+    import torch
+    import yaml
+
+    from empatheia import Empatheia
+    from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
+    from empatheia.data.dataset import stable_fraction
+    from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
+
+    output_dir = out / REFIT
+    if (output_dir / "final" / "empatheia.safetensors").is_file():
+        print(f"[small] style refit: {output_dir / 'final'} exists, skipped")
+        return output_dir
+    model = Empatheia.from_pretrained(stage4 / "final")
+    labels = model.label_sets()
+    corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
+    known = {d.id for d in corpus}
+    # A fixed draw of the training split's other dialogues (by a hash of their id).
+    text = [d for d in read_dataset(text_file, labels=labels).dialogues if d.id not in known and d.response and d.emotion]
+    text = sorted(text, key=lambda d: stable_fraction(f"style-refit:{d.id}"))[:text_dialogues]
+    store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
+    datasets = [
+        StageDataset(corpus, model.processor, 4, store, labels, cache),
+        StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
+        StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
+    ]
+    parts = [collect_signal_states(model, d) for d in datasets if len(d)]
+    states = SignalStates(
+        torch.cat([p.speech for p in parts]),
+        torch.cat([p.video for p in parts]),
+        {k: torch.cat([p.targets[k] for p in parts]) for k in parts[0].targets},
+    )
+    settings = {"init": str(stage4 / "final"), "rendered": str(rendered), "text": str(text_file),
+                "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": 1e-4,
+                "batch_size": 8, "seed": seed}
+    log = refit_style_disentangler(model, states, steps, learning_rate=1e-4, batch_size=8, seed=seed)
+    model.save_pretrained(output_dir / "final")
+    (output_dir / "train_config.yaml").write_text(yaml.safe_dump({"recipe": REFIT, **settings}, sort_keys=False))
+    with open(output_dir / "metrics.jsonl", "w") as file:
+        for row in log:
+            file.write(json.dumps({**row, "split": "train", "examples": row["step"] * 8}) + "\n")
+    print(f"[small] style refit: {len(states)} examples, {steps} steps -> {output_dir / 'final'}")
+    return output_dir
+
+
 def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
     from empatheia.training import load_train_config
 
@@ -215,6 +272,10 @@ def main(argv=None) -> None:
     parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
     parser.add_argument("--media-steps", type=int, default=150, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--stage4-steps", type=int, help="optimizer steps of stage 4 (default: --media-steps)")
+    parser.add_argument("--style-refit-steps", type=int, default=1500,
+                        help="steps of the Style Disentangler alone on stage 4's frozen signal states (0: none)")
+    parser.add_argument("--text-dialogues", type=int, default=800,
+                        help="training-split dialogues, as text, beside the rendered ones in the style refit")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--faces", type=Path, help="recorded face clips (MEAD names) that half the rendered "
                                                    "conversations' speakers show instead of the drawn avatar")
@@ -279,12 +340,16 @@ def main(argv=None) -> None:
                                  preset=args.preset, extra=args.set, isolated=not args.in_process)
         else:
             previous = args.out / RECIPES[stage]
+    stage_dirs = {stage: args.out / stage for stage in RECIPES.values()}
+    if 4 in stages and args.style_refit_steps:
+        previous = style_refit(args.out, previous, rendered, gold, split["train"], args.text_dialogues, args.style_refit_steps)
+        stage_dirs[REFIT] = previous
     print(f"[small] done: {previous / 'final'}")
     if args.export_weights:
-        final = args.out / RECIPES[args.export_stage] / "final"
+        final = previous / "final" if args.export_stage == 4 else args.out / RECIPES[args.export_stage] / "final"
         print(f"[small] weights of stage {args.export_stage}: {export_weights(final, args.export_weights)}")
     if args.export_metrics:
-        summary = export_metrics({stage: args.out / stage for stage in RECIPES.values()}, args.export_metrics)
+        summary = export_metrics(stage_dirs, args.export_metrics)
         print(f"[small] metrics: {summary}")
 
 

@@ -57,6 +57,9 @@ class StageExample:
     the stage needs."""
     labels: Dict[str, int] = field(default_factory=dict)
     """``emotion`` and each profile attribute -> class index (``-100``: unknown)."""
+    stage: Optional[int] = None
+    """The stage it was encoded for; with ``features`` empty in a stage that reads gold
+    features, a text dialogue (``StageDataset``'s ``text_dialogues``) without them."""
     id: Optional[str] = None
     """The dialogue's id, carried into the batch's ``ids`` so errors can name examples."""
 
@@ -89,6 +92,10 @@ class StageDataset(Dataset):
             reports in the batch's ``skipped`` list.
         text_only_share: stage 4 only: this share of the examples (by a hash of their
             id) is shown without the turns' speech and video.
+        text_dialogues: stage 4 only: more dialogues, read as text alone, that have no
+            media and no gold generator features (e.g. the stage-1 file). They follow
+            ``dialogues`` in the index and train L_emp and the Style Disentangler's
+            classifiers; L_ccl and L_sal leave them out (their rows are masked).
     """
 
     def __init__(
@@ -101,8 +108,11 @@ class StageDataset(Dataset):
         media_cache: Optional["MediaFeatureCache"] = None,
         on_error: str = "raise",
         text_only_share: float = 0.0,
+        text_dialogues: Sequence[Dialogue] = (),
     ):
         self.mode = stage_mode(stage)
+        if text_dialogues and stage != 4:
+            raise ValueError(f"text_dialogues join stage 4 (the stage that reads text and media), not stage {stage}")
         if not 0.0 <= text_only_share <= 1.0:
             raise ValueError(f"text_only_share must be in [0, 1], got {text_only_share}")
         if text_only_share and stage != 4:
@@ -113,6 +123,7 @@ class StageDataset(Dataset):
         if STAGE_FEATURES[stage] and gold_features is None:
             raise ValueError(f"stage {stage} trains on gold features {list(STAGE_FEATURES[stage])}: pass gold_features")
         self.dialogues = dialogues
+        self.text_dialogues = text_dialogues
         self.processor = processor
         self.stage = stage
         self.gold_features = gold_features
@@ -121,12 +132,13 @@ class StageDataset(Dataset):
         self.on_error = on_error
 
     def __len__(self) -> int:
-        return len(self.dialogues)
+        return len(self.dialogues) + len(self.text_dialogues)
 
     def __getitem__(self, index: int) -> Union[StageExample, SkippedSample]:
-        dialogue = self.dialogues[index]
+        with_media = index < len(self.dialogues)
+        dialogue = self.dialogues[index] if with_media else self.text_dialogues[index - len(self.dialogues)]
         try:
-            return self.example(dialogue)
+            return self.example(dialogue) if with_media else self.text_example(dialogue)
         except DataError as error:
             if error.record is None:
                 error = DataError(error.reason, error.file, dialogue.id, error.field)
@@ -144,7 +156,15 @@ class StageDataset(Dataset):
                 dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns]
             )
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
-        return StageExample(encoded, self._features(dialogue), self._labels(dialogue), dialogue.id)
+        return StageExample(encoded, self._features(dialogue), self._labels(dialogue), self.stage, dialogue.id)
+
+    def text_example(self, dialogue: Dialogue) -> StageExample:
+        """A text dialogue: its turns without media, no gold features."""
+        if not dialogue.response:
+            raise DataError("has no gold response to train on", field="response")
+        dialogue = dataclasses.replace(dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns])
+        encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode))
+        return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id)
 
     def _features(self, dialogue: Dialogue) -> Dict[str, torch.Tensor]:
         names = STAGE_FEATURES[self.stage]
@@ -211,11 +231,23 @@ class StageCollator:
     Skipped samples are left out and listed in the batch's ``skipped``; a batch of only
     skipped samples is ``{"skipped": [...]}``. ``ids`` lists the examples' dialogue ids.
     Gold content features are zero-padded to the longest in the batch with a mask; style
-    features and labels are stacked.
+    features and labels are stacked. A text dialogue without gold features (stage 4's
+    ``text_dialogues``) gets one zero content row with a False mask and a zero style row,
+    and ``style_target_mask`` ``(B,)`` marks which items have style targets.
     """
 
     def __init__(self, processor: EmpatheiaProcessor):
         self.processor = processor
+
+    def _widths(self) -> Dict[str, int]:
+        config = self.processor.config
+        cs, sd = config.content_synchronizer, config.style_disentangler
+        return {
+            "speech_content": cs.speech_content_dim,
+            "video_content": cs.video_content_dim,
+            "speech_style": sd.speech_style_dim,
+            "video_style": sd.video_style_dim,
+        }
 
     def __call__(self, items: Sequence[Union[StageExample, SkippedSample]]) -> Dict[str, object]:
         skipped = [item for item in items if isinstance(item, SkippedSample)]
@@ -224,16 +256,27 @@ class StageCollator:
             return {"skipped": skipped}
         batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples])
         batch["ids"] = [e.id for e in examples]
-        for name in examples[0].features:
-            values = [e.features[name] for e in examples]
+        names = list(dict.fromkeys(name for e in examples for name in e.features))
+        if any(not e.features and e.stage is not None and STAGE_FEATURES[e.stage] for e in examples):
+            stage_names = STAGE_FEATURES[next(e.stage for e in examples if e.stage is not None)]
+            names = list(dict.fromkeys(list(stage_names) + names))
+        if "speech_content" in names and "speech_units" not in names and self.processor.config.content_synchronizer.unit_vocab_size > 0:
+            names.append("speech_units")
+        widths = self._widths()
+        has_gold = [bool(e.features) for e in examples]
+        for name in names:
             if name == "speech_units":
+                values = [e.features.get(name, torch.zeros(1, dtype=torch.long)) for e in examples]
                 batch["speech_units"] = pad_sequence(values, batch_first=True)
             elif name in CONTENT_FEATURES:
+                values = [e.features.get(name, torch.zeros(1, widths[name])) for e in examples]
                 batch[f"{name}_target"] = pad_sequence(values, batch_first=True)
-                lengths = torch.tensor([v.shape[0] for v in values])
-                batch[f"{name}_mask"] = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]
+                lengths = torch.tensor([v.shape[0] if gold else 0 for v, gold in zip(values, has_gold)])
+                batch[f"{name}_mask"] = torch.arange(batch[f"{name}_target"].shape[1])[None, :] < lengths[:, None]
             else:
-                batch[f"{name}_target"] = torch.stack(values)
+                batch[f"{name}_target"] = torch.stack([e.features.get(name, torch.zeros(widths[name])) for e in examples])
+        if not all(has_gold) and any(name in STYLE_FEATURES for name in names):
+            batch["style_target_mask"] = torch.tensor(has_gold)
         for name in examples[0].labels:
             batch[f"{name}_label"] = torch.tensor([e.labels[name] for e in examples])
         if skipped:

@@ -60,6 +60,13 @@ class DataSection:
     ones every epoch) shown without their turns' speech and video, as a user who only
     types is. Their signal states then train the Style Disentangler too, and its running
     statistics cover both kinds of prompt."""
+    text_train: Optional[str] = None
+    """Stage 4: a file of more dialogues read as text alone (any readable format; media
+    and gold features are not needed, e.g. stage 1's file). They join ``train`` and train
+    L_emp and the Style Disentangler's classifiers (eq. 11), which learn to read the
+    emotion from the dialogue; L_ccl and L_sal leave them out. Rendering media for every
+    dialogue is slow, so a split whose rendered part is small gives the classifiers far
+    fewer examples than the language core has."""
     on_error: str = "raise"
     """``raise`` at the first unusable example, or ``skip`` it and list it in
     ``skipped.jsonl``."""

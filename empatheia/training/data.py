@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.utils.data import DataLoader, Sampler
@@ -73,8 +73,23 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
         return StageDataset(usable, processor, stage, store, labels, cache, on_error=data.on_error, text_only_share=share)
 
     train = dataset(data.train, data.gold_features, "train")
+    if data.text_train is not None:
+        train.text_dialogues = _text_dialogues(data, stage, labels, {d.id for d in train.dialogues}, skipped)
     evaluation = dataset(data.eval, data.eval_gold_features, "eval") if data.eval else None
     return StageData(train, evaluation, labels, skipped)
+
+
+def _text_dialogues(data, stage: int, labels: LabelSets, known: Set[str], skipped: SkipReport) -> List[Dialogue]:
+    """``data.text_train``'s dialogues that have a gold response, less those whose id
+    ``train`` already holds (a split's rendered part is usually drawn from the same file)."""
+    if stage != 4:
+        raise ConfigError(f"data.text_train: text dialogues join stage 4 (text beside media), not stage {stage}")
+    corpus = read_dataset(data.text_train, format=data.format, media_root=data.media_root, labels=labels, on_error=data.on_error)
+    skipped.skipped.extend(corpus.skipped.skipped)
+    fresh = [d for d in corpus.dialogues if d.id not in known]
+    if not fresh:
+        raise ConfigError(f"data.text_train: every dialogue of {data.text_train} is already in data.train")
+    return _with_stage_targets(fresh, 1, None, Path(data.text_train), data.on_error, skipped)
 
 
 def _open_store(path: Optional[str], key: str) -> Optional[GoldFeatureStore]:

@@ -1,0 +1,116 @@
+"""Fit the Style Disentangler alone on a trained model's signal states.
+
+Why: stage 4 trains the Style Disentangler beside the language core, a step at a time, and
+every step costs a forward and backward pass through the core. On the ``small`` preset's
+CPU budget that is a few hundred examples, and the Transformer VAE of eqs. 3-7 needs far
+more updates than that before its classifiers leave the label prior (measured in
+docs/small_preset.md). With the core frozen the signal states are a fixed function of the
+dialogue, so they are computed once, in evaluation mode as inference computes them, and
+the head then trains for thousands of steps at the cost of the head alone. The losses are
+stage 3's (eqs. 10-12 and the VAE's KL); the running statistics of the signal
+standardisers stay as stage 4 left them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from ..data import StageCollator, StageDataset
+from ..modeling import Empatheia
+
+
+@dataclass
+class SignalStates:
+    """The frozen model's signal states and the style targets of ``N`` examples."""
+
+    speech: torch.Tensor
+    """``(N, n, H)`` hidden states at ``<AUD1>..<AUDn>``."""
+    video: torch.Tensor
+    """``(N, n, H)`` hidden states at ``<VID1>..<VIDn>``."""
+    targets: Dict[str, torch.Tensor]
+    """``speech_style_target`` ``(N, D_ss)``, ``video_style_target`` ``(N, D_sv)``,
+    ``style_target_mask`` ``(N,)`` and each ``*_label`` ``(N,)``."""
+
+    def __len__(self) -> int:
+        return self.speech.shape[0]
+
+    def batch(self, index: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {key: value[index] for key, value in self.targets.items()}
+
+
+@torch.no_grad()
+def collect_signal_states(model: Empatheia, dataset: StageDataset, batch_size: int = 8, progress: bool = True) -> SignalStates:
+    """Run ``model`` (in evaluation mode) over a stage-4 ``dataset`` once and keep the
+    signal states with each example's style targets and labels."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=StageCollator(dataset.processor))
+    speech, video, targets = [], [], {}
+    try:
+        for batch in tqdm(loader, desc="signal states", disable=not progress, unit="batch"):
+            if "skipped" in batch:
+                raise ValueError(f"an example could not be encoded: {batch['skipped'][0]}")
+            rows = len(batch["ids"])
+            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            s, v = model.signal_states(model.hidden_states(inputs), inputs["input_ids"])
+            speech.append(s.float().cpu())
+            video.append(v.float().cpu())
+            batch.setdefault("style_target_mask", torch.ones(rows, dtype=torch.bool))
+            for key, value in batch.items():
+                if key.endswith("_label") or key in ("speech_style_target", "video_style_target", "style_target_mask"):
+                    targets.setdefault(key, []).append(value)
+    finally:
+        model.train(was_training)
+    return SignalStates(torch.cat(speech), torch.cat(video), {k: torch.cat(v) for k, v in targets.items()})
+
+
+def refit_style_disentangler(
+    model: Empatheia,
+    states: SignalStates,
+    steps: int,
+    learning_rate: float = 1e-4,
+    batch_size: int = 8,
+    weight_decay: float = 1e-3,
+    warmup_steps: int = 50,
+    seed: int = 0,
+    progress: bool = True,
+) -> List[Dict[str, float]]:
+    """Train ``model.style_disentangler`` on ``states`` for ``steps`` AdamW steps (linear
+    warm-up, then a constant rate; gradients clipped at norm 1) with stage 3's loss.
+    Returns one row of loss terms per 50 steps and the last."""
+    head = model.style_disentangler
+    device = next(head.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+    was_training = head.training
+    head.train()
+    # The standardisers keep stage 4's statistics: they were gathered over the prompts the
+    # model was trained on, and the states here come from a subset of those.
+    head.speech_norm.eval()
+    head.video_norm.eval()
+    log: List[Dict[str, float]] = []
+    try:
+        for step in tqdm(range(1, steps + 1), desc="style refit", disable=not progress, unit="step"):
+            index = torch.randint(len(states), (batch_size,), generator=generator)
+            batch = {k: v.to(device) for k, v in states.batch(index).items()}
+            style = head(states.speech[index].to(device), states.video[index].to(device))
+            terms = model.style_losses(style, batch)
+            weighted = model.weighted_terms(terms, 3)
+            loss = sum(weighted.values())
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            if step % 50 == 0 or step == steps:
+                log.append({"step": step, "loss": loss.item(), **{k: v.item() for k, v in terms.items() if v.dim() == 0}})
+    finally:
+        head.train(was_training)
+    return log
