@@ -617,9 +617,7 @@ def _small() -> EmpatheiaConfig:
             # units_per_char); the renderer draws 25 frames per second of speech.
             phonemes_per_char=1.0,
             frames_per_char=25.0 / 14.0,
-            # The shipped weights were trained without unit id embeddings; retraining
-            # stage 2 with 256 (Piper's table) would add them.
-            unit_vocab_size=0,
+            unit_vocab_size=256,  # PiperSpeech's phoneme table
         ),
         style_disentangler=StyleDisentanglerConfig(
             d_model=256,
