@@ -21,7 +21,7 @@ from ..data.gold_features import GoldFeatureStoreError
 from ..dialogue import Dialogue
 from ..errors import DataError, SkipReport
 from ..labels import LabelSets
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, DataSection, TrainConfig
 
 
 @dataclass
@@ -79,7 +79,7 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
     return StageData(train, evaluation, labels, skipped)
 
 
-def _text_dialogues(data, stage: int, labels: LabelSets, known: Set[str], skipped: SkipReport) -> List[Dialogue]:
+def _text_dialogues(data: DataSection, stage: int, labels: LabelSets, known: Set[str], skipped: SkipReport) -> List[Dialogue]:
     """``data.text_train``'s dialogues that have a gold response, less those whose id
     ``train`` already holds (a split's rendered part is usually drawn from the same file)."""
     if stage != 4:

@@ -14,7 +14,7 @@ standardisers stay as stage 4 left them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 from torch.utils.data import DataLoader
