@@ -233,29 +233,9 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     assert not [s for s in specials if s and s in response.generated_text], response.generated_text
 
 
-def _shipped_weights_predate_the_style_fixes() -> bool:
-    """Whether the packaged small weights were trained before the Style Disentangler
-    standardised its signal states (their file has no running statistics)."""
-    from safetensors import safe_open
-
-    from empatheia.modeling import shipped_weights
-
-    with safe_open(str(shipped_weights("small")), "pt") as weights:
-        return "style_disentangler.speech_norm.running_mean" not in weights.keys()
-
-
-PREDATES_STYLE_FIXES = pytest.mark.skipif(
-    _shipped_weights_predate_the_style_fixes(),
-    reason="the shipped small weights predate the signal standardiser and per-phoneme C^v; "
-           "they give every dialogue the same style until retrained (docs/small_preset.md)",
-)
-
-
-@PREDATES_STYLE_FIXES
 def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small_model):
     """The Style Disentangler reads the dialogue: a bereavement and a celebration get
-    different emotion classes and different speech and video styles (the weights shipped
-    before the signal standardisers gave every dialogue the same, to about 1e-4)."""
+    different emotion classes and different speech and video styles."""
     from empatheia import Dialogue, Turn
 
     grief = Dialogue([Turn("speaker", "My grandmother died last night. I keep thinking about her hands.")])
@@ -267,7 +247,6 @@ def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small
     assert (sad.video_style - happy.video_style).abs().max() > 0.1
 
 
-@PREDATES_STYLE_FIXES
 def test_a_shipped_answer_is_lip_synced_to_its_own_speech(small_model):
     """The rendered answer's mouth follows the speech actually generated: its measured
     best offset is within one frame (the Content Synchronizer's per-unit C^v spread by the
