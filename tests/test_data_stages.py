@@ -257,7 +257,6 @@ def test_text_dialogues_train_the_classifiers_and_stay_out_of_the_feature_losses
     assert mixed["speech_content_mask"][0].sum() > 0
     ids = model.token_ids
     assert not (mixed["input_ids"][1] == ids.audio_placeholder).any()
-    sd = model.config.style_disentangler
     assert mixed["emotion_label"][1] == model.label_sets().emotion_index(text[0].emotion) >= 0
     was_training = model.training
     model.set_stage(4).eval()  # no sampled latents: the two batches are compared

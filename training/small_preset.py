@@ -148,13 +148,14 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     """Step 6: refit stage 4's Style Disentangler on its frozen signal states; writes
     ``out/style_refit/{final,metrics.jsonl,train_config.yaml}`` (skipped when ``final/``
     exists) and returns that folder."""
-    import torch
     import yaml
 
     from empatheia import Empatheia
     from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
     from empatheia.data.dataset import stable_fraction
     from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
+
+    learning_rate, batch_size = 1e-4, 8
 
     output_dir = out / REFIT
     if (output_dir / "final" / "empatheia.safetensors").is_file():
@@ -173,21 +174,16 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
         StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
         StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
     ]
-    parts = [collect_signal_states(model, d) for d in datasets if len(d)]
-    states = SignalStates(
-        torch.cat([p.speech for p in parts]),
-        torch.cat([p.video for p in parts]),
-        {k: torch.cat([p.targets[k] for p in parts]) for k in parts[0].targets},
-    )
+    states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
     settings = {"init": str(stage4 / "final"), "rendered": str(rendered), "text": str(text_file),
-                "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": 1e-4,
-                "batch_size": 8, "seed": seed}
-    log = refit_style_disentangler(model, states, steps, learning_rate=1e-4, batch_size=8, seed=seed)
+                "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": learning_rate,
+                "batch_size": batch_size, "seed": seed}
+    log = refit_style_disentangler(model, states, steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed)
     model.save_pretrained(output_dir / "final")
     (output_dir / "train_config.yaml").write_text(yaml.safe_dump({"recipe": REFIT, **settings}, sort_keys=False))
     with open(output_dir / "metrics.jsonl", "w") as file:
         for row in log:
-            file.write(json.dumps({**row, "split": "train", "examples": row["step"] * 8}) + "\n")
+            file.write(json.dumps({**row, "split": "train", "examples": row["step"] * batch_size}) + "\n")
     print(f"[small] style refit: {len(states)} examples, {steps} steps -> {output_dir / 'final'}")
     return output_dir
 
@@ -295,7 +291,8 @@ def main(argv=None) -> None:
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
     parser.add_argument("--export-stage", type=int, choices=sorted(RECIPES), default=4,
-                        help="whose final/ --export-weights writes (default 4, the end of the curriculum)")
+                        help="whose final/ --export-weights writes (default 4, the end of the curriculum: "
+                             "stage 4 after the style refit, when that ran)")
     parser.add_argument("--export-metrics", type=Path, help="copy each stage's metrics.jsonl and train_config.yaml here")
     args = parser.parse_args(argv)
     stages = {int(s) for s in args.stages.split(",")}

@@ -71,6 +71,11 @@ def stable_fraction(key: str) -> float:
     return int.from_bytes(digest, "little") / float(1 << 64)
 
 
+def _without_media(dialogue: Dialogue) -> Dialogue:
+    """The dialogue as a user who only types gives it: its turns without speech or video."""
+    return dataclasses.replace(dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns])
+
+
 def text_only(example_id: Optional[str], share: float) -> bool:
     """Whether the example ``example_id`` falls in the ``share`` shown as text alone
     (a hash of the id, so the choice is the same in every epoch and process)."""
@@ -152,9 +157,7 @@ class StageDataset(Dataset):
         if not dialogue.response and self.stage != 3:
             raise DataError("has no gold response to train on", field="response")
         if self.text_only_share and text_only(dialogue.id, self.text_only_share):
-            dialogue = dataclasses.replace(
-                dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns]
-            )
+            dialogue = _without_media(dialogue)
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
         return StageExample(encoded, self._features(dialogue), self._labels(dialogue), self.stage, dialogue.id)
 
@@ -162,7 +165,7 @@ class StageDataset(Dataset):
         """A text dialogue: its turns without media, no gold features."""
         if not dialogue.response:
             raise DataError("has no gold response to train on", field="response")
-        dialogue = dataclasses.replace(dialogue, turns=[dataclasses.replace(t, audio=None, video=None) for t in dialogue.turns])
+        dialogue = _without_media(dialogue)
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode))
         return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id)
 

@@ -14,7 +14,7 @@ standardisers stay as stage 4 left them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -38,6 +38,15 @@ class SignalStates:
 
     def __len__(self) -> int:
         return self.speech.shape[0]
+
+    @classmethod
+    def concatenate(cls, parts: Sequence["SignalStates"]) -> "SignalStates":
+        """The examples of ``parts``, one after the other (their target keys must agree)."""
+        return cls(
+            torch.cat([p.speech for p in parts]),
+            torch.cat([p.video for p in parts]),
+            {key: torch.cat([p.targets[key] for p in parts]) for key in parts[0].targets},
+        )
 
     def batch(self, index: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {key: value[index] for key, value in self.targets.items()}
