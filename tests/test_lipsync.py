@@ -223,3 +223,22 @@ def test_a_text_reads_as_the_same_units_whatever_was_read_before():
     alone = speech.content_units(text)
     speech.content_units("The interviewer was really impressed..")
     assert torch.equal(speech.content_units(text), alone)
+
+
+def test_per_unit_loudness_above_the_loud_frames_level_is_brought_down():
+    """C^v loudness is relative to the utterance's loud frames (1 there): a request whose
+    speaking frames sit above that as a whole is shifted down to the anchor, a quieter one
+    is kept, and silence is left out of the percentile."""
+    from generators.avatar_renderer import UNIT_LOUDNESS_ANCHOR, anchor_loudness
+
+    speaking = np.array([False] + [True] * 20 + [False])
+    content = np.zeros((22, 5), dtype=np.float32)
+    content[1:21, 0] = np.linspace(0.5, 1.3, 20)
+    content[1:21, 1] = 0.3
+    anchored = anchor_loudness(content, speaking)
+    assert np.percentile(anchored[speaking, 0], 95) == pytest.approx(UNIT_LOUDNESS_ANCHOR)
+    np.testing.assert_allclose(anchored[1:21, 0] - content[1:21, 0], anchored[1, 0] - content[1, 0])
+    np.testing.assert_array_equal(anchored[:, 1:], content[:, 1:])
+    quiet = content * 0.5
+    np.testing.assert_array_equal(anchor_loudness(quiet, speaking), quiet)
+    np.testing.assert_array_equal(anchor_loudness(content, np.zeros(22, dtype=bool)), content)

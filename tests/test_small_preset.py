@@ -247,18 +247,30 @@ def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small
     assert (sad.video_style - happy.video_style).abs().max() > 0.1
 
 
-def test_a_shipped_answer_is_lip_synced_to_its_own_speech(small_model):
-    """The rendered answer's mouth follows the speech actually generated: its measured
-    best offset is within one frame (the Content Synchronizer's per-unit C^v spread by the
-    voice's alignment)."""
+def test_shipped_answers_are_lip_synced_to_their_own_speech(small_model):
+    """The rendered answers' mouths follow the speech actually generated (the Content
+    Synchronizer's per-unit C^v spread by the voice's alignment): over three answers the
+    mean audio-visual correlation peaks within one frame of zero, and clearly. Per clip
+    the offset search can tie between neighbouring peaks (docs/small_preset.md gives the
+    share of clips within one frame), so the test pools the clips."""
+    import numpy as np
+
     from empatheia import Dialogue, Turn
     from empatheia.evaluation.video import lip_sync
 
-    dialogue = Dialogue([Turn("speaker", "I finally finished the marathon. My legs are shaking, but I did it.")])
-    response = small_model.respond(dialogue, animate=True)
-    sync = lip_sync(response.video, response.audio)
-    assert abs(sync.offset) <= 1, (sync.offset, sync.confidence)
-    assert sync.confidence > 0.1
+    dialogues = [
+        Dialogue([Turn("speaker", "I finally finished the marathon. My legs are shaking, but I did it.")]),
+        Dialogue([Turn("speaker", "My grandmother passed away last week and I keep thinking about her.")]),
+        Dialogue([Turn("speaker", "Someone broke into my car last night and took my laptop.")]),
+    ]
+    curves = []
+    for response in small_model.respond(dialogues, animate=True):
+        sync = lip_sync(response.video, response.audio)
+        curves.append(sync.correlations)
+    mean = np.nanmean(np.stack(curves), axis=0)
+    best = int(sync.offsets[np.nanargmax(mean)])
+    assert abs(best) <= 1, (best, mean.round(2).tolist())
+    assert np.nanmax(mean) - np.nanmedian(mean) > 0.1
 
 
 # ---------------------------------------------------------------------- speech encoder

@@ -6,12 +6,12 @@ import torch
 
 from empatheia import Empatheia
 from empatheia.data import GoldFeatureStore, StageDataset, read_dataset
-from empatheia.training.style_refit import collect_signal_states, refit_style_disentangler
+from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
 
 from .conftest import shared_data
 
 
-def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(avatar):
+def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(avatar, tmp_path):
     train, gold = avatar
     torch.manual_seed(0)
     model = Empatheia.from_preset("tiny")
@@ -30,6 +30,12 @@ def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(av
         batch = model.processor.collate([dataset[0].encoded])
         speech, _ = model.signal_states(model.hidden_states(batch), batch["input_ids"])
     torch.testing.assert_close(speech[0].float(), states.speech[0], rtol=1e-4, atol=1e-4)
+    # Saved and read back, the states and every target are the same.
+    states.save(tmp_path / "states.safetensors")
+    again = SignalStates.load(tmp_path / "states.safetensors")
+    assert torch.equal(again.speech, states.speech) and torch.equal(again.video, states.video)
+    assert again.targets.keys() == states.targets.keys()
+    assert all(torch.equal(again.targets[k], v) for k, v in states.targets.items())
 
     def loss_on_all() -> float:
         head = model.style_disentangler.eval()
@@ -49,3 +55,40 @@ def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(av
     assert not any("running_" in k or k.endswith(".updates") for k in changed)
     assert model.training and model.style_disentangler.speech_norm.training
     assert loss_on_all() < 0.8 * start
+
+
+def test_a_file_that_is_not_signal_states_is_named(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "weights.safetensors"
+    save_file({"speech": torch.zeros(2, 3, 4)}, str(path))
+    try:
+        SignalStates.load(path)
+    except ValueError as error:
+        assert str(path) in str(error) and "video" in str(error)
+    else:
+        raise AssertionError("a file without video states was read")
+
+
+def test_the_refit_rate_warms_up_then_decays_to_zero(monkeypatch):
+    """Linear warm-up, then a cosine decay: the last steps train at a small rate."""
+    model = Empatheia.from_preset("tiny")
+    n, h = model.config.language_model.num_signal_tokens, model.config.language_model.hidden_size
+    targets = {"emotion_label": torch.zeros(6, dtype=torch.long), "style_target_mask": torch.ones(6, dtype=torch.bool)}
+    for name, values in model.config.style_disentangler.profile_labels.items():
+        targets[f"{name}_label"] = torch.zeros(6, dtype=torch.long)
+    targets["speech_style_target"] = torch.zeros(6, model.config.style_disentangler.speech_style_dim)
+    targets["video_style_target"] = torch.zeros(6, model.config.style_disentangler.video_style_dim)
+    states = SignalStates(torch.randn(6, n, h), torch.randn(6, n, h), targets)
+    rates = []
+    step = torch.optim.AdamW.step
+
+    def record(self, *args, **kwargs):
+        rates.append(self.param_groups[0]["lr"])
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", record)
+    refit_style_disentangler(model, states, steps=20, learning_rate=1e-3, batch_size=2, warmup_steps=4, progress=False)
+    assert len(rates) == 20
+    assert rates[:4] == sorted(rates[:4]) and abs(rates[3] - 1e-3) < 1e-12
+    assert rates[4:] == sorted(rates[4:], reverse=True) and rates[-1] < 0.02 * 1e-3

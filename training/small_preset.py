@@ -141,6 +141,8 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
 
 
 REFIT = "style_refit"
+STATES_NAME = "signal_states.safetensors"
+"""The refit's collected signal states, in ``out/style_refit/``."""
 
 
 def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: Path, text_dialogues: int, steps: int,
@@ -155,7 +157,7 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     from empatheia.data.dataset import stable_fraction
     from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
 
-    learning_rate, batch_size = 1e-4, 8
+    learning_rate, batch_size = 3e-4, 64
 
     output_dir = out / REFIT
     if (output_dir / "final" / "empatheia.safetensors").is_file():
@@ -174,7 +176,15 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
         StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
         StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
     ]
-    states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
+    # Collecting the states is most of the step's time: they are kept, so that a refit with
+    # other settings (delete final/) starts from them.
+    cached = output_dir / STATES_NAME
+    if cached.is_file():
+        states = SignalStates.load(cached)
+    else:
+        states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
+        output_dir.mkdir(parents=True, exist_ok=True)
+        states.save(cached)
     settings = {"init": str(stage4 / "final"), "rendered": str(rendered), "text": str(text_file),
                 "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": learning_rate,
                 "batch_size": batch_size, "seed": seed}
@@ -268,9 +278,9 @@ def main(argv=None) -> None:
     parser.add_argument("--render", type=int, default=200, help="training conversations to speak and animate")
     parser.add_argument("--media-steps", type=int, default=150, help="optimizer steps of stages 2, 3 and 4 each")
     parser.add_argument("--stage4-steps", type=int, help="optimizer steps of stage 4 (default: --media-steps)")
-    parser.add_argument("--style-refit-steps", type=int, default=1500,
+    parser.add_argument("--style-refit-steps", type=int, default=1000,
                         help="steps of the Style Disentangler alone on stage 4's frozen signal states (0: none)")
-    parser.add_argument("--text-dialogues", type=int, default=800,
+    parser.add_argument("--text-dialogues", type=int, default=1200,
                         help="training-split dialogues, as text, beside the rendered ones in the style refit")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--faces", type=Path, help="recorded face clips (MEAD names) that half the rendered "

