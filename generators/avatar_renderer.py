@@ -295,19 +295,17 @@ MOUTH_OPENS_AT = 0.6
 """Loudness (C^v column 0) at which the mouth starts to open: 20 dB under the utterance's
 loud frames. It is fully open at 1 (the loud frames). Quieter sounds (most consonants, the
 tails of syllables) leave it nearly closed, so it opens and closes once per syllable
-nucleus as a speaking mouth does; opening from 30 dB under instead kept it open through
-whole words and the sound's onsets no longer stood out (on 24 held-out answers of the
-``small`` preset, the speech-driven mouth's best lip-sync offset was within one frame on
-92 % of them with this threshold and on 75 % with that one)."""
+nucleus as a speaking mouth does; opening from 30 dB under kept it open through whole
+words, and the lip-sync offset search no longer found the sound's onsets in its motion
+(docs/small_preset.md compares the two on held-out answers)."""
 
 UNIT_LOUDNESS_ANCHOR = 0.98
 """The most that the 95th percentile of per-unit C^v loudness over the speaking frames may
 be. Loudness is relative to the utterance's own loud frames, 1 at them, by definition
-(:func:`audio_content`), and per-unit means of it, as the speech's own units give them,
-put that percentile at 0.977 (s.d. 0.014 over 24 answers of the ``small`` preset). A
-model's regression of them can sit above that as a whole (the shipped ``small`` weights:
-1.11 on the same answers), which opens the mouth fully on most units so that it no longer
-moves with the syllables."""
+(:func:`audio_content`), and the per-unit means of it that the speech's own units give put
+that percentile just under 1. A model's regression of them can sit above that as a whole,
+which opens the mouth fully on most units so that it no longer moves with the syllables
+(``python bench/unit_loudness.py`` measures both)."""
 
 
 def anchor_loudness(content: np.ndarray, speaking: np.ndarray) -> np.ndarray:

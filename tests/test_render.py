@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,22 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     assert changed == {"style_disentangler"}
     ran = yaml.safe_load((tmp_path / "run" / "style_refit" / "train_config.yaml").read_text())
     assert (ran["examples"], ran["text_dialogues"], ran["steps"]) == (10, 4, 3)
+    # The collected states are kept for a refit with other settings, and only for the
+    # same examples of the same weights: fewer text dialogues collect them again.
+    from empatheia.training.style_refit import SignalStates
+
+    run = tmp_path / "run"
+    kept = run / "style_refit" / small_preset.STATES_NAME
+    assert len(SignalStates.load(kept)) == 10
+    shutil.rmtree(run / "style_refit" / "final")
+    before = kept.stat().st_mtime_ns
+    refit_again = functools.partial(small_preset.style_refit, run, final.parent, run / "rendered" / "train.jsonl",
+                                    run / "gold", run / "ed" / "train.jsonl", steps=1)
+    refit_again(text_dialogues=4)
+    assert kept.stat().st_mtime_ns == before
+    shutil.rmtree(run / "style_refit" / "final")
+    refit_again(text_dialogues=2)
+    assert len(SignalStates.load(kept)) == 8
     assert (tmp_path / "metrics" / "stage4_joint" / "metrics.jsonl").read_text() == (final.parent / "metrics.jsonl").read_text()
     split = json.loads((tmp_path / "run" / "ed" / "split.json").read_text())
     assert (split["train"], split["eval"]) == (10, 2)

@@ -31,7 +31,8 @@ def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(av
         speech, _ = model.signal_states(model.hidden_states(batch), batch["input_ids"])
     torch.testing.assert_close(speech[0].float(), states.speech[0], rtol=1e-4, atol=1e-4)
     # Saved and read back, the states and every target are the same.
-    states.save(tmp_path / "states.safetensors")
+    states.save(tmp_path / "states.safetensors", key="tiny model, avatar corpus")
+    assert SignalStates.key_of(tmp_path / "states.safetensors") == "tiny model, avatar corpus"
     again = SignalStates.load(tmp_path / "states.safetensors")
     assert torch.equal(again.speech, states.speech) and torch.equal(again.video, states.video)
     assert again.targets.keys() == states.targets.keys()

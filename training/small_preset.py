@@ -170,21 +170,29 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     # A fixed draw of the training split's other dialogues (by a hash of their id).
     text = [d for d in read_dataset(text_file, labels=labels).dialogues if d.id not in known and d.response and d.emotion]
     text = sorted(text, key=lambda d: stable_fraction(f"style-refit:{d.id}"))[:text_dialogues]
-    store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
-    datasets = [
-        StageDataset(corpus, model.processor, 4, store, labels, cache),
-        StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
-        StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
-    ]
     # Collecting the states is most of the step's time: they are kept, so that a refit with
-    # other settings (delete final/) starts from them.
+    # other settings (delete final/) starts from them; the key tells whether a kept file
+    # holds these examples of these weights.
+    weights = stage4 / "final" / "empatheia.safetensors"
+    key = hashlib.sha256(json.dumps({
+        "weights": [str(weights.resolve()), weights.stat().st_mtime_ns],
+        "examples": [d.id for d in corpus] + [d.id for d in text],
+    }).encode()).hexdigest()
     cached = output_dir / STATES_NAME
-    if cached.is_file():
+    if cached.is_file() and SignalStates.key_of(cached) == key:
         states = SignalStates.load(cached)
     else:
+        if cached.is_file():
+            print(f"[small] style refit: {cached} holds other examples or weights; collecting again")
+        store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
+        datasets = [
+            StageDataset(corpus, model.processor, 4, store, labels, cache),
+            StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
+            StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
+        ]
         states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
         output_dir.mkdir(parents=True, exist_ok=True)
-        states.save(cached)
+        states.save(cached, key)
     settings = {"init": str(stage4 / "final"), "rendered": str(rendered), "text": str(text_file),
                 "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": learning_rate,
                 "batch_size": batch_size, "seed": seed}

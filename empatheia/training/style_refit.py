@@ -52,14 +52,24 @@ class SignalStates:
     def batch(self, index: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {key: value[index] for key, value in self.targets.items()}
 
-    def save(self, path) -> None:
+    def save(self, path, key: str = "") -> None:
         """Write the states and targets to a safetensors file (collecting them is the slow
-        part of a refit; a second refit with other settings can start from the file)."""
+        part of a refit; a second refit with other settings can start from the file).
+        ``key`` names what they were collected from (:meth:`key_of` reads it back), so that
+        a caller can tell a file of other examples or another model from its own."""
         from safetensors.torch import save_file
 
         tensors = {"speech": self.speech, "video": self.video}
         tensors.update({f"target.{key}": value for key, value in self.targets.items()})
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"key": key})
+
+    @staticmethod
+    def key_of(path) -> str:
+        """The ``key`` that :meth:`save` wrote into ``path``."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as file:
+            return (file.metadata() or {}).get("key", "")
 
     @classmethod
     def load(cls, path) -> "SignalStates":
@@ -116,10 +126,9 @@ def refit_style_disentangler(
     warm-up over ``warmup_steps``, then a cosine decay to zero; gradients clipped at norm
     1) with stage 3's loss. Returns one row of loss terms per 50 steps and the last.
 
-    Batches of 64 rather than stage 4's few examples matter: the classifiers see every emotion in each step, and on the
-    ``small`` preset's states (1,200 dialogues as text, emotion loss alone, 571 held-out
-    dialogues with their reference chain) 1,000 such steps reached 75 % where 1,500 steps
-    of 8 at 1e-4 reached 68 %."""
+    Batches of 64 rather than a few examples matter: the classifiers see most emotions in
+    each step. docs/small_preset.md (step 6) gives what these settings and the earlier ones
+    reached on the ``small`` preset's states."""
     head = model.style_disentangler
     device = next(head.parameters()).device
     generator = torch.Generator().manual_seed(seed)
