@@ -222,22 +222,9 @@ def data_extract_features(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    import importlib
+    from training.recipe import run_file
 
-    from .errors import DataError
-    from .training import ConfigError, TrainingDiverged, load_train_config
-
-    try:
-        config = load_train_config(args.config, args.set or [])
-        recipe = importlib.import_module(f"training.{config.recipe}")
-        if recipe.STAGE is not None and recipe.STAGE != config.stage:
-            raise ConfigError(f"{args.config}: recipe {config.recipe} is stage {recipe.STAGE} but stage is {config.stage}")
-        result = recipe.run(config, resume=args.resume)
-    except (ConfigError, DataError, TrainingDiverged) as error:
-        raise SystemExit(f"error: {error}")
-    if result.is_main:
-        print(json.dumps({"final": str(result.final_dir), "steps": result.state.step, "examples": result.state.examples}))
-    return 0
+    return run_file(args.config, args.set or [], resume=args.resume)
 
 
 def build_parser() -> argparse.ArgumentParser:

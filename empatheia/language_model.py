@@ -3,6 +3,7 @@ input placeholders and the ``<AUDi>``/``<VIDi>`` output signal tokens."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -14,10 +15,11 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from .config import CACHE_ENV, LanguageModelConfig, cache_dir, resolve_pretrained
@@ -157,6 +159,64 @@ def build_language_model(
     for adapter in peft_model.peft_config.values():
         adapter.base_model_name_or_path = None
     return peft_model
+
+
+# ---------------------------------------------------------------------- adapter files
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+# The adapter_config.json fields that decide which tensors the adapter has and where they go.
+_ADAPTER_FIELDS = ("peft_type", "r", "lora_alpha", "target_modules", "trainable_token_indices")
+
+
+def adapter_state_dict(model: PeftModel) -> Dict[str, torch.Tensor]:
+    """The trained tensors of the language model, keyed as peft saves them: the LoRA
+    matrices and the signal tokens' embedding and LM-head rows (``trainable_tokens_delta``);
+    never the whole embedding matrix (see :func:`build_language_model`)."""
+    return get_peft_model_state_dict(model, save_embedding_layers=False)
+
+
+def save_adapter(model: PeftModel, state: Dict[str, torch.Tensor], directory: Path, config: LanguageModelConfig) -> None:
+    """Write ``state`` (:func:`adapter_state_dict`, on the CPU) and the adapter's config as
+    a PEFT adapter folder: ``adapter_config.json`` and ``adapter_model.safetensors``, which
+    ``PeftModel.from_pretrained(base, directory)`` loads onto the base language model whose
+    embeddings hold the tokenizer's added tokens.
+
+    ``PeftModel.save_pretrained`` would write the same two files, but it also writes a model
+    card, and it records the base model's name in the live adapter config, after which
+    peft's state dicts would carry the whole resized embedding matrix."""
+    adapter = copy.deepcopy(model.peft_config["default"])
+    adapter.inference_mode = True
+    # Named only where transformers can load it as it is (not a packaged GGUF file).
+    plain = config.pretrained and not config.gguf_file and not str(config.pretrained).startswith("package:")
+    adapter.base_model_name_or_path = str(config.pretrained) if plain else None
+    adapter.save_pretrained(str(directory))
+    save_file(state, str(Path(directory) / ADAPTER_WEIGHTS_NAME), metadata={"format": "pt"})
+
+
+def load_adapter_weights(directory: Union[str, Path]) -> Dict[str, torch.Tensor]:
+    """The tensors of the PEFT adapter in ``directory``, keyed as :func:`adapter_state_dict`."""
+    path = Path(directory) / ADAPTER_WEIGHTS_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{Path(directory) / ADAPTER_CONFIG_NAME} has no weights beside it: {path.name} is missing")
+    return load_file(str(path))
+
+
+def check_adapter_config(model: PeftModel, directory: Union[str, Path]) -> None:
+    """Refuse an ``adapter_config.json`` whose LoRA or token rows differ from those the
+    model was built with from its own config (an adapter swapped in from elsewhere): a
+    ``ValueError`` names the fields."""
+    path = Path(directory) / ADAPTER_CONFIG_NAME
+    saved = json.loads(path.read_text())
+    built = model.peft_config["default"].to_dict()
+
+    def normal(value):
+        # JSON writes tuples and sets as lists; sets come back in any order.
+        return sorted(value) if isinstance(value, (set, list, tuple)) and not isinstance(value, str) else value
+
+    differ = [f for f in _ADAPTER_FIELDS if normal(saved.get(f)) != normal(built.get(f))]
+    if differ:
+        details = "; ".join(f"{f}: {saved.get(f)!r} there, {built.get(f)!r} from config.yaml" for f in differ)
+        raise ValueError(f"{path} does not match the model that config.yaml builds ({details})")
 
 
 # ---------------------------------------------------------------------- GGUF

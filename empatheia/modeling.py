@@ -8,34 +8,42 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from peft import get_peft_model_state_dict, set_peft_model_state_dict
+from peft import set_peft_model_state_dict
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import EmpatheiaConfig
-from .data.cache import merge_features
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
 from .labels import LabelSets
-from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER, build_language_model, build_tokenizer, special_token_ids
-from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target
+from .language_model import (
+    ADAPTER_CONFIG_NAME,
+    AUDIO_PLACEHOLDER,
+    VIDEO_PLACEHOLDER,
+    adapter_state_dict,
+    build_language_model,
+    build_tokenizer,
+    check_adapter_config,
+    load_adapter_weights,
+    save_adapter,
+    special_token_ids,
+)
+from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
 from .prompts import PromptMode, parse_chain
 from .response import EmpatheticResponse, LabelPrediction
+from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
 
 CONFIG_NAME = "config.yaml"
 WEIGHTS_NAME = "empatheia.safetensors"
 TOKENIZER_DIR = "tokenizer"
+# Version 1 kept the language model's adapter in WEIGHTS_NAME too (the shipped `small`
+# weights still do); version 2 writes it as a PEFT adapter beside it.
+WEIGHTS_VERSION = "2"
+_LM_PREFIX = "language_model."
 
-# Parameter groups each stage trains (§5): everything else is frozen. The projectors train
-# from stage 3, the first stage whose prompts carry speech and video (stages 1-2 read text).
-STAGE_GROUPS = {
-    1: ("lora", "signal_rows"),
-    2: ("content_synchronizer",),
-    3: ("projectors", "style_disentangler"),
-    4: ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler"),
-}
 _STANDARDIZER_BUFFERS = (".running_mean", ".running_var", ".updates")
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
 
@@ -113,7 +121,7 @@ class Empatheia(nn.Module):
         model = cls(EmpatheiaConfig.from_preset(name, overrides), dtype=dtype)
         weights = shipped_weights(name) if trained else None
         if weights is not None:
-            model.load_trained_state_dict(load_file(str(weights)), source=str(weights))
+            model.load_trained_state_dict(load_trained_state(weights), source=str(weights))
         return model
 
     @property
@@ -129,9 +137,7 @@ class Empatheia(nn.Module):
         ``signal_rows`` (the signal tokens' embedding and LM-head rows), ``projectors``,
         ``content_synchronizer``, ``style_disentangler`` (with its classifiers) and
         ``frozen`` (encoders and the base language model)."""
-        groups: Dict[str, List[Tuple[str, nn.Parameter]]] = {
-            key: [] for key in ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler", "frozen")
-        }
+        groups: Dict[str, List[Tuple[str, nn.Parameter]]] = {key: [] for key in PARAMETER_GROUPS + ("frozen",)}
         for name, param in self.named_parameters():
             if name.startswith("language_model."):
                 if "lora_" in name:
@@ -151,17 +157,16 @@ class Empatheia(nn.Module):
             groups[key].append((name, param))
         return groups
 
-    def set_stage(self, stage: int) -> "Empatheia":
-        """Make exactly the parameters of ``stage`` trainable (§5): 1 LoRA and signal-token
-        rows; 2 the Content Synchronizer; 3 the projectors, the Style Disentangler and its
-        classifiers; 4 LoRA, signal-token rows, the projectors and both heads."""
-        if stage not in STAGE_GROUPS:
-            raise ValueError(f"stage must be 1, 2, 3 or 4, got {stage!r}")
-        trainable = STAGE_GROUPS[stage]
+    def set_stage(self, stage: Union[int, Stage]) -> "Empatheia":
+        """Make exactly the parameters of ``stage`` trainable (its ``trains``, §5): 1 LoRA
+        and signal-token rows; 2 the Content Synchronizer; 3 the projectors, the Style
+        Disentangler and its classifiers; 4 LoRA, signal-token rows, the projectors and both
+        heads."""
+        stage = get_stage(stage)
         for key, params in self.parameter_groups().items():
             for _, param in params:
-                param.requires_grad_(key in trainable)
-        self.stage = stage
+                param.requires_grad_(key in stage.trains)
+        self.stage = stage.number
         return self
 
     # ================================================================== labels
@@ -287,8 +292,8 @@ class Empatheia(nn.Module):
         return out[0], out[1]
 
     # ================================================================== training
-    def forward(self, batch: Dict[str, torch.Tensor], stage: Optional[int] = None) -> Dict[str, torch.Tensor]:
-        """Loss of a training stage (§5) and each of its terms.
+    def forward(self, batch: Dict[str, torch.Tensor], stage: Union[int, Stage, None] = None) -> Dict[str, torch.Tensor]:
+        """Loss of a training stage (§5, :mod:`empatheia.stages`) and each of its terms.
 
         Batch keys beyond the processor's, by stage:
 
@@ -306,27 +311,28 @@ class Empatheia(nn.Module):
         :meth:`chain_emotion_loss`; stage 4 too), added with that weight;
         stage 2 ``loss_ccl`` (eq. 9) with its speech/video parts and ``kl_content``;
         stage 3 ``loss_sac = loss_sal + loss_cls`` (eqs. 10-12) with their parts and
-        ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13). Each
-        VAE's KL is added with weight ``loss.kl_weight``.
+        ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13), and
+        each weighted term as ``weighted_*``. Each VAE's KL is added with weight
+        ``loss.kl_weight``.
         """
-        stage = stage if stage is not None else self.stage
-        if stage not in STAGE_GROUPS:
-            raise ValueError(f"forward needs stage 1, 2, 3 or 4 (argument or set_stage), got {stage!r}")
-        _require_keys(batch, stage)
-        weights = self.config.loss
-        # Stage 2 reads the frozen language model: no graph through it. Stage 3 keeps it
-        # frozen too (§5.3), but its prompts are media alone, so the gradient passes
-        # through it to the projectors: they have no pre-aligned weights (the paper's come
-        # from NExT-GPT), and this is the first stage in which the media say anything.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and stage != 2):
+        if stage is None and self.stage is None:
+            raise ValueError("forward needs a stage: pass stage=1, 2, 3 or 4, or call set_stage first")
+        stage = get_stage(stage if stage is not None else self.stage)
+        missing = [key for key in stage.batch_keys if key not in batch]
+        if missing:
+            raise KeyError(f"stage {stage.number} needs batch keys {missing}")
+        # Stage 3 keeps the language model frozen too (§5.3), but its prompts are media
+        # alone, so the gradient passes through it to the projectors: they have no
+        # pre-aligned weights (the paper's come from NExT-GPT), and this is the first stage
+        # in which the media say anything.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and stage.builds_language_model_graph):
             hidden = self.hidden_states(batch)
         terms: Dict[str, torch.Tensor] = {}
-        emotion_weight = weights.chain_emotion_weight if stage in (1, 4) else 0.0
-        if stage in (1, 4):
+        if stage.computes(EMP):
             terms["loss_emp"] = self.language_modeling_loss(hidden, batch["labels"])
-            if emotion_weight:
+            if self.config.loss.chain_emotion_weight:
                 terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
-        if stage in (2, 4):
+        if stage.computes(CCL):
             speech_lengths = batch["speech_content_mask"].sum(1)
             video_lengths = batch["video_content_mask"].sum(1)
             if not torch.equal(speech_lengths.cpu(), video_lengths.cpu()):
@@ -341,38 +347,29 @@ class Empatheia(nn.Module):
                 hidden, batch["response_mask"], speech_lengths.clamp(min=1), batch.get("speech_units")
             )
             terms.update(self.content_losses(content, batch))
-        if stage in (3, 4):
+        if stage.computes(SAC):
             style = self.style_disentangler(*self.signal_states(hidden, batch["input_ids"]))
             terms.update(self.style_losses(style, batch))
         weighted = self.weighted_terms(terms, stage)
         loss = sum(weighted.values())
-        if stage == 4:
-            # Each weighted term of eq. 13 is logged, so a term too small to train is seen.
+        if stage.logs_weighted_terms:
             terms.update({f"weighted_{name}": value.detach() for name, value in weighted.items()})
         return {"loss": loss, **terms}
 
-    def weighted_terms(self, terms: Dict[str, torch.Tensor], stage: int) -> Dict[str, torch.Tensor]:
-        """The summands of stage ``stage``'s loss, each with its weight applied: eq. 8
-        (stage 1), eq. 9 (2), eq. 12 (3) or eq. 13 (4) split into ``emp``, ``ccl``,
-        ``sal`` and ``cls`` (``sac = sal + cls`` carries β), plus the VAEs' ``kl`` and
-        ``chain_emotion`` where they apply. Their sum is the loss."""
-        weights = self.config.loss
-        if stage == 1:
-            out = {"emp": terms["loss_emp"]}
-        elif stage == 2:
-            out = {"ccl": terms["loss_ccl"], "kl": weights.kl_weight * terms["kl_content"]}
-        elif stage == 3:
-            out = {"sal": terms["loss_sal"], "cls": terms["loss_cls"], "kl": weights.kl_weight * terms["kl_style"]}
-        else:
-            out = {
-                "emp": terms["loss_emp"],
-                "ccl": weights.alpha * terms["loss_ccl"],
-                "sal": weights.beta * terms["loss_sal"],
-                "cls": weights.beta * terms["loss_cls"],
-                "kl": weights.kl_weight * (terms["kl_content"] + terms["kl_style"]),
-            }
-        if "loss_chain_emotion" in terms:
-            out["chain_emotion"] = weights.chain_emotion_weight * terms["loss_chain_emotion"]
+    def weighted_terms(self, terms: Dict[str, torch.Tensor], stage: Union[int, Stage]) -> Dict[str, torch.Tensor]:
+        """The summands of ``stage``'s loss (its :attr:`~empatheia.stages.Stage.terms`),
+        each with its weight from ``config.loss`` applied: eq. 8 (stage 1), eq. 9 (2),
+        eq. 12 (3) or eq. 13 (4) split into ``emp``, ``ccl``, ``sal`` and ``cls``
+        (``sac = sal + cls`` carries β), plus the VAEs' ``kl`` and ``chain_emotion`` where
+        they apply. Their sum is the loss."""
+        out = {}
+        for term in get_stage(stage).terms:
+            if term.optional and term.losses[0] not in terms:
+                continue
+            value = terms[term.losses[0]]
+            for name in term.losses[1:]:
+                value = value + terms[name]
+            out[term.name] = value if term.weight is None else getattr(self.config.loss, term.weight) * value
         return out
 
     def language_modeling_loss(self, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -626,9 +623,10 @@ class Empatheia(nn.Module):
 
     # ================================================================== saving
     def trained_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Only what training changes: the LoRA adapter with the signal-token rows, the
-        projectors and both heads. Base models are referenced by the config."""
-        state = {f"language_model.{k}": v for k, v in get_peft_model_state_dict(self.language_model).items()}
+        """Only what training changes: the LoRA adapter with the signal-token rows (under
+        ``language_model.``, named as peft names them), the projectors and both heads. Base
+        models are referenced by the config."""
+        state = {_LM_PREFIX + k: v for k, v in adapter_state_dict(self.language_model).items()}
         for name in _TRAINED_MODULES:
             state.update({f"{name}.{k}": v for k, v in getattr(self, name).state_dict().items()})
         return state
@@ -636,9 +634,8 @@ class Empatheia(nn.Module):
     def load_trained_state_dict(self, state: Dict[str, torch.Tensor], source: str = "state dict") -> None:
         """Load what :meth:`trained_state_dict` returns; any missing or unexpected key is an
         error naming it."""
-        prefix = "language_model."
-        lm_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-        expected_lm = set(get_peft_model_state_dict(self.language_model))
+        lm_state = {k[len(_LM_PREFIX) :]: v for k, v in state.items() if k.startswith(_LM_PREFIX)}
+        expected_lm = set(adapter_state_dict(self.language_model))
         problems = []
         if set(lm_state) != expected_lm:
             problems.append(
@@ -656,7 +653,7 @@ class Empatheia(nn.Module):
             missing = [k for k in result.missing_keys if not k.endswith(_STANDARDIZER_BUFFERS)]
             if missing or result.unexpected_keys:
                 problems.append(f"{name}: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
-        known = (prefix,) + tuple(n + "." for n in _TRAINED_MODULES)
+        known = (_LM_PREFIX,) + tuple(n + "." for n in _TRAINED_MODULES)
         stray = [k for k in state if not k.startswith(known)]
         if stray:
             problems.append(f"keys of no known part: {stray[:5]}")
@@ -664,15 +661,26 @@ class Empatheia(nn.Module):
             raise ValueError(f"{source} does not match this model: " + "; ".join(problems))
 
     def save_pretrained(self, directory: Union[str, Path]) -> Path:
-        """Write ``config.yaml``, ``tokenizer/`` and ``empatheia.safetensors`` (trained parts
-        only: about 55 MB for the small preset; the base models are referenced by the
-        config)."""
+        """Write the trained parts only (about 55 MB for the small preset; the base models
+        are referenced by the config)::
+
+            config.yaml                 the model's config, plain YAML
+            tokenizer/                  the tokenizer with the placeholder and signal tokens
+            adapter_config.json         the LoRA adapter and the signal tokens' rows as a
+            adapter_model.safetensors   PEFT adapter: PeftModel.from_pretrained(base, directory)
+            empatheia.safetensors       projectors, Content Synchronizer, Style Disentangler
+
+        The adapter loads with plain ``peft`` onto the base language model once its
+        embeddings are resized to the tokenizer (docs/model.md, Files)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.config.save_yaml(directory / CONFIG_NAME)
         self.tokenizer.save_pretrained(str(directory / TOKENIZER_DIR))
         state = {k: v.detach().contiguous().cpu() for k, v in self.trained_state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "empatheia", "version": "1"})
+        adapter = {k[len(_LM_PREFIX) :]: v for k, v in state.items() if k.startswith(_LM_PREFIX)}
+        save_adapter(self.language_model, adapter, directory, self.config.language_model)
+        parts = {k: v for k, v in state.items() if not k.startswith(_LM_PREFIX)}
+        save_file(parts, str(directory / WEIGHTS_NAME), metadata={"format": "empatheia", "version": WEIGHTS_VERSION})
         return directory
 
     @classmethod
@@ -682,8 +690,9 @@ class Empatheia(nn.Module):
         overrides: Optional[Dict[str, object]] = None,
         dtype: Optional[torch.dtype] = None,
     ) -> "Empatheia":
-        """Load a model saved by :meth:`save_pretrained`. ``overrides`` can point base
-        models to local paths, e.g. ``{"language_model.pretrained": "/models/vicuna"}``."""
+        """Load a model saved by :meth:`save_pretrained` (in this layout or the earlier one,
+        which kept the adapter inside ``empatheia.safetensors``). ``overrides`` can point
+        base models to local paths, e.g. ``{"language_model.pretrained": "/models/vicuna"}``."""
         directory = Path(directory)
         for needed in (CONFIG_NAME, WEIGHTS_NAME):
             if not (directory / needed).is_file():
@@ -693,8 +702,36 @@ class Empatheia(nn.Module):
             config.update(overrides)
         tokenizer_dir = directory / TOKENIZER_DIR
         model = cls(config, tokenizer_path=tokenizer_dir if tokenizer_dir.is_dir() else None, dtype=dtype)
-        model.load_trained_state_dict(load_file(str(directory / WEIGHTS_NAME)), source=str(directory / WEIGHTS_NAME))
+        if (directory / ADAPTER_CONFIG_NAME).is_file():
+            check_adapter_config(model.language_model, directory)
+        model.load_trained_state_dict(load_trained_state(directory), source=str(directory))
         return model
+
+
+def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
+    """The trained parts saved at ``path`` as one state dict keyed as
+    :meth:`Empatheia.trained_state_dict` is. ``path`` is a folder written by
+    :meth:`Empatheia.save_pretrained` (a run's ``final/``, a checkpoint's ``model/``) or its
+    ``empatheia.safetensors``; the PEFT adapter beside it comes in under
+    ``language_model.``. A file written before the adapter was saved on its own (version 1,
+    like the shipped ``small`` weights) holds every part itself."""
+    path = Path(path)
+    folder, weights = (path.parent, path) if path.is_file() else (path, path / WEIGHTS_NAME)
+    if not weights.is_file():
+        raise FileNotFoundError(f"{path} holds no trained Empatheia weights: {weights.name} is missing")
+    with safe_open(str(weights), framework="pt") as handle:
+        version = (handle.metadata() or {}).get("version", "1")
+    state = load_file(str(weights))
+    has_adapter = (folder / ADAPTER_CONFIG_NAME).is_file()
+    if version == "1" and not has_adapter:
+        return state
+    if not has_adapter:
+        raise FileNotFoundError(f"{weights} holds no language-model adapter and {folder / ADAPTER_CONFIG_NAME} is missing")
+    inside = [k for k in state if k.startswith(_LM_PREFIX)]
+    if inside:
+        raise ValueError(f"{weights} holds language-model tensors ({inside[:2]}) beside the adapter in {folder}; keep one")
+    state.update({_LM_PREFIX + k: v for k, v in load_adapter_weights(folder).items()})
+    return state
 
 
 # ---------------------------------------------------------------------- helpers
@@ -706,15 +743,6 @@ def shipped_weights(preset: str) -> Optional[Path]:
     weights for that preset (what ``training/small_preset.py`` produces), else ``None``."""
     path = SHIPPED_WEIGHTS / preset / WEIGHTS_NAME
     return path if path.is_file() else None
-
-
-_STAGE_KEYS = {
-    1: ("input_ids", "attention_mask", "labels"),
-    2: ("input_ids", "attention_mask", "response_mask", "speech_content_target", "speech_content_mask",
-        "video_content_target", "video_content_mask"),
-    3: ("input_ids", "attention_mask", "speech_style_target", "video_style_target", "emotion_label"),
-}
-_STAGE_KEYS[4] = tuple(dict.fromkeys(_STAGE_KEYS[1] + _STAGE_KEYS[2] + _STAGE_KEYS[3]))
 
 
 def _embedding_norm(language_model) -> Optional[float]:
@@ -730,12 +758,6 @@ def _embedding_norm(language_model) -> Optional[float]:
 def _right_padded(mask: torch.Tensor) -> bool:
     """Whether every row is ones then zeros (padding only at the end)."""
     return bool((mask.cumprod(-1) == mask).all())
-
-
-def _require_keys(batch: Dict[str, torch.Tensor], stage: int) -> None:
-    missing = [k for k in _STAGE_KEYS[stage] if k not in batch]
-    if missing:
-        raise KeyError(f"stage {stage} needs batch keys {missing}")
 
 
 def _squared_distance(pred: torch.Tensor, target: torch.Tensor, mask: Optional[torch.Tensor], name: str) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -25,12 +25,19 @@ from .prompts import (
     context_lines,
     user_message,
 )
-
-if TYPE_CHECKING:
-    from .data.cache import MediaFeatureCache
+from .stages import Stage, get_stage
 
 IGNORE_INDEX = -100
 _EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
+
+
+class MediaLookup(Protocol):
+    """Where encoder outputs of media files may already be (a
+    :class:`~empatheia.data.cache.MediaFeatureCache`)."""
+
+    def lookup(self, modality: str, path: Union[str, Path]) -> Tuple[str, Optional[torch.Tensor]]:
+        """``(key, features)``: the file's content key and its ``(n, D_enc)`` features, or
+        ``None`` when they are not there yet."""
 
 
 @dataclass
@@ -173,7 +180,7 @@ class EmpatheiaProcessor:
         reserve: int = 0,
         first_turn: Optional[int] = None,
         load_media: bool = True,
-        media_cache: Optional["MediaFeatureCache"] = None,
+        media_cache: Optional[MediaLookup] = None,
     ) -> EncodedExample:
         """Encode one dialogue. When prompt + target (+ ``reserve`` tokens kept free for
         generation) exceed ``max_length``, the oldest turns are dropped first; if even the
@@ -220,7 +227,7 @@ class EmpatheiaProcessor:
             video=video,
         )
 
-    def _media(self, source, modality: str, dialogue: Dialogue, index: int, cache: Optional["MediaFeatureCache"]) -> MediaItem:
+    def _media(self, source, modality: str, dialogue: Dialogue, index: int, cache: Optional[MediaLookup]) -> MediaItem:
         """One turn's audio or video: cached features when the cache has the file, else
         the encoder input. A bad file is a :class:`DataError` naming it, the dialogue and
         the turn."""
@@ -286,11 +293,11 @@ class EmpatheiaProcessor:
         batch.update(_collate_media([v for e in examples for v in e.video], "video", "video_lengths"))
         return batch
 
-    def __call__(self, dialogues: Sequence[Dialogue], stage: int) -> Dict[str, torch.Tensor]:
-        """The training batch of ``stage`` from dialogues with gold fields (generator
-        targets and class labels are added by the data pipeline)."""
-        mode = stage_mode(stage)
-        return self.collate([self.encode(d, mode, Target.for_mode(d, mode)) for d in dialogues])
+    def __call__(self, dialogues: Sequence[Dialogue], stage: Union[int, Stage]) -> Dict[str, torch.Tensor]:
+        """The training batch of ``stage`` (in its prompt layout) from dialogues with gold
+        fields (generator targets and class labels are added by the data pipeline)."""
+        layout = get_stage(stage).layout
+        return self.collate([self.encode(d, layout, Target.for_mode(d, layout)) for d in dialogues])
 
 
 def _collate_media(items: Sequence[MediaItem], modality: str, lengths_key: str) -> Dict[str, object]:
@@ -316,9 +323,15 @@ def _collate_media(items: Sequence[MediaItem], modality: str, lengths_key: str) 
     return out
 
 
-def stage_mode(stage: int) -> PromptMode:
-    """The input layout each training stage uses (Appendix D.1)."""
-    modes = {1: PromptMode.TEXT, 2: PromptMode.TEXT, 3: PromptMode.STYLE, 4: PromptMode.FULL}
-    if stage not in modes:
-        raise ValueError(f"stage must be 1, 2, 3 or 4, got {stage!r}")
-    return modes[stage]
+def merge_features(batch: Dict[str, object], modality: str, raw: Optional[torch.Tensor]) -> torch.Tensor:
+    """All items' encoder features in placeholder order, from freshly encoded raw media
+    ``(M, n, D)`` and the batch's cached ``{modality}_cached`` ``(K, n, D)``.
+
+    ``{modality}_order`` ``(M + K,)`` says, for each placeholder, its row in
+    ``cat([raw, cached])`` (:func:`_collate_media` writes it).
+    """
+    cached = batch.get(f"{modality}_cached")
+    if cached is None:
+        return raw
+    rows = cached if raw is None else torch.cat([raw, cached.to(raw.device, raw.dtype)])
+    return rows[batch[f"{modality}_order"].to(rows.device)]

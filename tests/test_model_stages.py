@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from empatheia.modeling import STAGE_GROUPS
+from empatheia.stages import STAGES
 
 from .conftest import add_generator_targets, full_batch, make_dialogue
 
@@ -37,7 +37,7 @@ def test_stage_trains_exactly_its_parameters(model, stage):
     assert all(torch.isfinite(v) for v in out.values())
     out["loss"].backward()
 
-    trainable = set(STAGE_GROUPS[stage])
+    trainable = set(STAGES[stage].trains)
     for group, params in model.parameter_groups().items():
         for name, param in params:
             if group in trainable:

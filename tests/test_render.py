@@ -150,20 +150,22 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
                        "--set", "mixed_precision=no", "--set", "model.overrides={loss.chain_emotion_weight: 0.5}"])
     final = tmp_path / "run" / "stage4_joint" / "final"
     assert (final / "empatheia.safetensors").is_file()
-    # The exported weights are stage 3's final ones in half precision, and load into the preset.
+    # The exported weights are stage 3's final ones in half precision, in one file, and load
+    # into the preset.
     from safetensors.torch import load_file
 
     from empatheia import Empatheia
+    from empatheia.modeling import load_trained_state
 
-    stage3 = tmp_path / "run" / "stage3_sac" / "final" / "empatheia.safetensors"
-    full, half = load_file(str(stage3)), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
+    stage3 = tmp_path / "run" / "stage3_sac" / "final"
+    full, half = load_trained_state(stage3), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
     assert full.keys() == half.keys()
     # Weights in half precision; the signal standardisers' running statistics stay float32.
     kept = {k for k in full if k.endswith((".running_mean", ".running_var"))}
     assert kept and all(half[k].dtype == torch.float32 and torch.equal(half[k], full[k]) for k in kept)
     assert all(torch.equal(half[k], full[k].half() if full[k].is_floating_point() else full[k]) for k in full if k not in kept)
     # ... and not stage 4's, which trained further (so --export-stage chose).
-    stage4 = load_file(str(final / "empatheia.safetensors"))
+    stage4 = load_trained_state(final)
     assert any(not torch.equal(half[k], stage4[k].half()) for k in stage4 if stage4[k].is_floating_point())
     model = Empatheia.from_preset("tiny", trained=False)
     model.load_trained_state_dict(half, source="exported")
@@ -176,8 +178,8 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     assert len(summary) == 7 and summary[-2].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
     # The style refit changed the Style Disentangler of stage 4's model and nothing else,
     # on the 3 rendered dialogues with and without media and 4 more as text.
-    refit = load_file(str(tmp_path / "run" / "style_refit" / "final" / "empatheia.safetensors"))
-    changed = {k.split(".")[0] for k in refit if not torch.equal(refit[k], load_file(str(final / "empatheia.safetensors"))[k])}
+    refit = load_trained_state(tmp_path / "run" / "style_refit" / "final")
+    changed = {k.split(".")[0] for k in refit if not torch.equal(refit[k], load_trained_state(final)[k])}
     assert changed == {"style_disentangler"}
     ran = yaml.safe_load((tmp_path / "run" / "style_refit" / "train_config.yaml").read_text())
     assert (ran["examples"], ran["text_dialogues"], ran["steps"]) == (10, 4, 3)
@@ -259,9 +261,8 @@ def test_face_clip_names_that_do_not_parse_name_the_file(tmp_path):
 
 
 def test_stage_one_can_stand_on_a_trained_language_core(tmp_path):
-    from safetensors.torch import load_file
-
     from empatheia import Empatheia
+    from empatheia.modeling import load_trained_state
     from training.small_preset import export_metrics, language_core_from
 
     donor = Empatheia.from_preset("tiny")
@@ -270,8 +271,8 @@ def test_stage_one_can_stand_on_a_trained_language_core(tmp_path):
             param.add_(0.5)
     weights = donor.save_pretrained(tmp_path / "donor") / "empatheia.safetensors"
     stage1 = language_core_from(weights, tmp_path / "run" / "stage1_coe", preset="tiny")
-    saved = load_file(str(stage1 / "final" / "empatheia.safetensors"))
-    donated = load_file(str(weights))
+    saved = load_trained_state(stage1 / "final")
+    donated = load_trained_state(weights)
     fresh = Empatheia.from_preset("tiny", trained=False).trained_state_dict()
     for key, value in saved.items():
         # The language core is the donor's; projectors and heads start fresh.

@@ -113,9 +113,9 @@ def test_save_load_round_trip_gives_identical_outputs(model, tmp_path):
 
     model.save_pretrained(tmp_path / "ckpt")
     saved = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    assert saved == ["config.yaml", "empatheia.safetensors", "tokenizer"]
+    assert saved == ["adapter_config.json", "adapter_model.safetensors", "config.yaml", "empatheia.safetensors", "tokenizer"]
     # only trained parts are saved: far smaller than the whole model
-    size = (tmp_path / "ckpt" / "empatheia.safetensors").stat().st_size
+    size = sum((tmp_path / "ckpt" / name).stat().st_size for name in ("adapter_model.safetensors", "empatheia.safetensors"))
     trained = sum(p.numel() for g in ("lora", "signal_rows", "projectors", "content_synchronizer",
                                        "style_disentangler") for _, p in model.parameter_groups()[g])
     assert size < 4 * trained + 100_000 < 4 * sum(p.numel() for p in model.parameters())

@@ -1,6 +1,6 @@
-"""Training recipes on the tiny preset, in this process: each stage learns and changes
+"""The training recipe on the tiny preset, in this process: each stage learns and changes
 exactly its own parameters, the stages chain into a model that responds, fine-tuning on a
-new avatar dataset with its own labels, and every clear failure the recipes promise."""
+new avatar dataset with its own labels, and every clear failure the recipe promises."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import torch
 from empatheia import Dialogue, Empatheia, Turn
 from empatheia.data import DataError
 from empatheia.labels import LabelSets
-from empatheia.modeling import STAGE_GROUPS
-from empatheia.training import ConfigError, TrainingDiverged, load_train_config
+from empatheia.stages import STAGES
+from empatheia.training import ConfigError, TrainingDiverged, build_stage_data, load_train_config, start_model, train
 
-from training import finetune_avatar, stage1_coe, stage2_ccl, stage3_sac, stage4_joint
+from training import recipe
 
 from .training_helpers import (
     STAGE_CONFIGS,
@@ -25,9 +25,6 @@ from .training_helpers import (
     tiny_config,
     write_avatar_dataset,
 )
-
-RECIPES = {1: stage1_coe, 2: stage2_ccl, 3: stage3_sac, 4: stage4_joint}
-
 
 def _snapshot(model: Empatheia):
     return {key: {n: p.detach().clone() for n, p in params} for key, params in model.parameter_groups().items()}
@@ -39,11 +36,10 @@ def test_each_stage_learns_and_changes_only_its_parameters(stage, avatar, stage1
     config = tiny_config(
         stage, tmp_path / "run", train, gold=gold if stage > 1 else None, init=stage1_output if stage > 1 else None
     )
-    recipe = RECIPES[stage]
-    model = stage1_coe.start_model(config, require_init=stage > 1)
+    model = start_model(config, require_init=stage > 1)
     before = _snapshot(model)
-    data = recipe.build_stage_data(config, model.processor, model.label_sets())
-    result = recipe.train(config, model, data)
+    data = build_stage_data(config, model.processor, model.label_sets())
+    result = train(config, model, data)
 
     losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
     assert len(losses) == config.max_steps
@@ -55,7 +51,7 @@ def test_each_stage_learns_and_changes_only_its_parameters(stage, avatar, stage1
         for name, value in params.items():
             if torch.equal(value, after[key][name]):
                 continue
-            assert key in STAGE_GROUPS[stage], f"stage {stage} changed {name} of the {key} group"
+            assert key in STAGES[stage].trains, f"stage {stage} changed {name} of the {key} group"
             changed_groups.add(key)
     # What each stage's loss reaches; stage 1's text prompts hold no media (its target ends
     # with the signal tokens, so their rows train).
@@ -74,7 +70,7 @@ def test_stages_chain_into_a_model_that_responds(avatar, tmp_path):
     for stage in (1, 2, 3, 4):
         out = tmp_path / f"stage{stage}"
         config = tiny_config(stage, out, train, gold=gold if stage > 1 else None, init=previous, max_steps=3)
-        RECIPES[stage].run(config)
+        recipe.run(config)
         assert (out / "final" / "empatheia.safetensors").is_file()
         previous = out
     # Each stage started from the last one: stage 2 kept stage 1's LoRA, and so on.
@@ -109,7 +105,7 @@ def _ed_file(path):
 def test_stage_one_reads_a_text_only_file(tmp_path):
     conversations = _ed_file(tmp_path / "ed.jsonl")
     config = tiny_config(1, tmp_path / "run", conversations, max_steps=2, **{"optim.batch_size": 2})
-    result = stage1_coe.run(config)
+    result = recipe.run(config)
     assert result.state.step == 2 and result.state.examples == 4
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2]
 
@@ -119,14 +115,14 @@ def test_stage_four_trains_on_text_dialogues_beside_the_rendered_ones(tmp_path, 
     text = _ed_file(tmp_path / "ed.jsonl")
     config = tiny_config(4, tmp_path / "run", train, gold=gold, init=stage1_output, max_steps=2,
                          **{"data.text_train": str(text)})
-    model = stage4_joint.start_model(config, require_init=True)
-    data = stage4_joint.build_stage_data(config, model.processor, model.label_sets())
+    model = start_model(config, require_init=True)
+    data = build_stage_data(config, model.processor, model.label_sets())
     media = len(data.train.dialogues)
     assert len(data.train.text_dialogues) == 2 and len(data.train) == media + 2
-    result = stage4_joint.train(config, model, data)
+    result = train(config, model, data)
     assert result.state.step == 2
     with pytest.raises(ConfigError, match="data.text_train: text dialogues join stage 4"):
-        stage3_sac.run(tiny_config(3, tmp_path / "run3", train, gold=gold, init=stage1_output, **{"data.text_train": str(text)}))
+        recipe.run(tiny_config(3, tmp_path / "run3", train, gold=gold, init=stage1_output, **{"data.text_train": str(text)}))
 
 
 def test_finetuning_on_an_avatar_dataset_with_its_own_labels(tmp_path, stage1_output):
@@ -143,9 +139,11 @@ def test_finetuning_on_an_avatar_dataset_with_its_own_labels(tmp_path, stage1_ou
     config = tiny_config(
         "finetune", tmp_path / "run", train, gold=gold, init=stage1_output, **{"data.labels": str(labels_file)}
     )
-    assert config.recipe == "finetune_avatar" and config.stage == 4
+    # Fine-tuning is stage 4 with the dataset's own labels.
+    assert config.stage == 4 and config.data.labels == str(labels_file)
+    assert load_train_config(STAGE_CONFIGS["finetune"]).data.labels is not None
     start = Empatheia.from_pretrained(stage1_output / "final")
-    result = finetune_avatar.run(config)
+    result = recipe.run(config)
 
     model = Empatheia.from_pretrained(tmp_path / "run" / "final")
     sd = model.config.style_disentangler
@@ -249,10 +247,10 @@ def test_a_bf16_cpu_run_learns_in_bf16_and_keeps_fp32_weights(tmp_path, avatar, 
         return scored(self, hidden, labels)
 
     monkeypatch.setattr(Empatheia, "language_modeling_loss", record)
-    stage1_coe.run(tiny_config(1, tmp_path / "fp32", train, mixed_precision="no", max_steps=1))
+    recipe.run(tiny_config(1, tmp_path / "fp32", train, mixed_precision="no", max_steps=1))
     assert set(seen) == {torch.float32}
     seen.clear()
-    result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"))
+    result = recipe.run(tiny_config(1, tmp_path / "run", train, mixed_precision="bf16"))
     assert set(seen) == {torch.bfloat16}  # the forward ran under autocast
     losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
     assert "precision bf16" in capsys.readouterr().out
@@ -273,38 +271,38 @@ def test_a_stage_without_previous_output_says_so(tmp_path, avatar):
     train, gold = avatar
     config = tiny_config(2, tmp_path / "run", train, gold=gold, init=tmp_path / "runs" / "stage1_coe")
     with pytest.raises(ConfigError, match=r"stage1_coe does not exist; stage 2 starts from the previous stage's output"):
-        stage2_ccl.run(config)
+        recipe.run(config)
     (tmp_path / "runs" / "stage1_coe" / "checkpoint-5").mkdir(parents=True)
     with pytest.raises(ConfigError, match=r"holds no trained model .* resume it with --resume"):
-        stage2_ccl.run(config)
+        recipe.run(config)
     with pytest.raises(ConfigError, match=r"model.init: stage 3 starts from the previous stage's output directory"):
-        stage3_sac.run(tiny_config(3, tmp_path / "run", train, gold=gold))
+        recipe.run(tiny_config(3, tmp_path / "run", train, gold=gold))
 
 
 def test_a_previous_stage_of_another_preset_is_refused(tmp_path, avatar, stage1_output):
     train, gold = avatar
     config = tiny_config(2, tmp_path / "run", train, gold=gold, init=stage1_output, **{"model.preset": "paper"})
     with pytest.raises(ConfigError, match=r"model.preset is 'paper' but .* was trained from the 'tiny' preset"):
-        stage2_ccl.run(config)
+        recipe.run(config)
 
 
 def test_data_without_the_stage_targets_is_refused(tmp_path, avatar, stage1_output):
     train, gold = avatar
     with pytest.raises(ConfigError, match=r"data.gold_features: stage 2 trains on gold generator features"):
-        stage2_ccl.run(tiny_config(2, tmp_path / "run", train, init=stage1_output))
+        recipe.run(tiny_config(2, tmp_path / "run", train, init=stage1_output))
     test_form = tmp_path / "test.json"
     test_form.write_text(json.dumps([{"conversation_id": "00001", "turns": [{"turn_id": 0, "context": "c",
         "dialogue_history": [{"index": 0, "role": "speaker", "utterance": "I passed my exam!"}]}]}]))
     with pytest.raises(DataError, match=r"none of its 1 examples has what stage 1 trains on.*no gold response"):
-        stage1_coe.run(tiny_config(1, tmp_path / "run", test_form))
+        recipe.run(tiny_config(1, tmp_path / "run", test_form))
     # Gold features for only some examples: the first one without is named.
     partial = tmp_path / "partial.jsonl"
     lines = train.read_text().splitlines()
     partial.write_text("\n".join(lines + [lines[0].replace('"avatar/0"', '"avatar/new"')]) + "\n")
     with pytest.raises(DataError, match=r"record avatar/new, field 'gold features': has no gold features"):
-        stage2_ccl.run(tiny_config(2, tmp_path / "run2", partial, gold=gold, init=stage1_output, **{"data.media_root": str(train.parent)}))
-    result = stage2_ccl.run(tiny_config(2, tmp_path / "run3", partial, gold=gold, init=stage1_output, max_steps=1,
-                                        **{"data.on_error": "skip", "data.media_root": str(train.parent)}))
+        recipe.run(tiny_config(2, tmp_path / "run2", partial, gold=gold, init=stage1_output, **{"data.media_root": str(train.parent)}))
+    result = recipe.run(tiny_config(2, tmp_path / "run3", partial, gold=gold, init=stage1_output, max_steps=1,
+                                    **{"data.on_error": "skip", "data.media_root": str(train.parent)}))
     skipped = [json.loads(line) for line in (tmp_path / "run3" / "skipped.jsonl").read_text().splitlines()]
     assert [(s["record"], s["field"]) for s in skipped] == [("avatar/new", "gold features")]
     assert result.state.step == 1
@@ -325,7 +323,7 @@ def test_a_nan_loss_stops_naming_the_step_and_batch_and_keeps_the_last_checkpoin
 
     monkeypatch.setattr(Empatheia, "forward", failing_forward)
     with pytest.raises(TrainingDiverged) as error:
-        stage1_coe.run(config)
+        recipe.run(config)
     message = str(error.value)
     assert "at step 4 (micro-batch 1 of 1" in message and str(calls[3]) in message
     assert f"the last good checkpoint is {tmp_path / 'run' / 'checkpoint-2'}" in message
@@ -335,13 +333,13 @@ def test_a_nan_loss_stops_naming_the_step_and_batch_and_keeps_the_last_checkpoin
 
 def test_an_existing_run_is_not_overwritten_and_resume_keeps_its_settings(tmp_path, avatar):
     train, _ = avatar
-    stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=2, save_steps=1))
+    recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=2, save_steps=1))
     with pytest.raises(ConfigError, match=r"already holds checkpoint-2; pass --resume"):
-        stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=2))
+        recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=2))
     with pytest.raises(ConfigError, match=r"differs from this config in \['optim'\]"):
-        stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, **{"optim.learning_rate": 5e-3}), resume=True)
+        recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, **{"optim.learning_rate": 5e-3}), resume=True)
     # Growing max_steps continues the same run.
-    result = stage1_coe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1), resume=True)
+    result = recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1), resume=True)
     assert result.state.step == 4
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
 
@@ -353,7 +351,7 @@ def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avat
     out = tmp_path / "run"
     config = tiny_config(3, out, train, gold=gold, init=stage1_output, max_steps=4, save_steps=2, eval_steps=2,
                          tensorboard=True, **{"data.eval": str(train), "data.eval_gold_features": str(gold)})
-    stage3_sac.run(config)
+    recipe.run(config)
     evals = read_metrics(out, "eval")
     assert [row["step"] for row in evals] == [2, 4]
     assert {"loss", "loss_sac", "loss_sal", "loss_cls_emotion", "kl_style"} <= set(evals[0])
@@ -367,9 +365,9 @@ def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avat
     (out / ".checkpoint-6.tmp" / "model").mkdir(parents=True)
     (out / "checkpoint-5" / "model").mkdir(parents=True)
     assert latest_checkpoint(out).name == "checkpoint-4"
-    result = stage3_sac.run(tiny_config(3, out, train, gold=gold, init=stage1_output, max_steps=6, save_steps=2,
-                                        eval_steps=2, **{"data.eval": str(train), "data.eval_gold_features": str(gold)}),
-                            resume=True)
+    result = recipe.run(tiny_config(3, out, train, gold=gold, init=stage1_output, max_steps=6, save_steps=2,
+                                    eval_steps=2, **{"data.eval": str(train), "data.eval_gold_features": str(gold)}),
+                        resume=True)
     assert result.state.step == 6 and not (out / ".checkpoint-6.tmp").exists()
     assert [row["step"] for row in read_metrics(out, "eval")] == [2, 4, 6]
 
@@ -378,14 +376,14 @@ def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avat
     train, gold = avatar
     # In fp32, so that "the same" is exact: bf16 rounding differs with the batch's layout.
     fp32 = {"mixed_precision": "no"}
-    stage3_sac.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3, **fp32))
+    recipe.run(tiny_config(3, tmp_path / "plain", train, gold=gold, init=stage1_output, max_steps=3, **fp32))
     cache = tmp_path / "cache"
-    stage3_sac.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
-                                        **{"data.media_cache": str(cache)}))
+    recipe.run(tiny_config(3, tmp_path / "cached", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
+                           **{"data.media_cache": str(cache)}))
     stored = {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")}
     assert len(stored) >= 8  # every turn's audio and video of the four dialogues
-    stage3_sac.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
-                                       **{"data.media_cache": str(cache)}))
+    recipe.run(tiny_config(3, tmp_path / "again", train, gold=gold, init=stage1_output, max_steps=3, **fp32,
+                           **{"data.media_cache": str(cache)}))
     # The third run read every feature: nothing was encoded or written again.
     assert {path: path.stat().st_mtime_ns for path in cache.rglob("*.safetensors")} == stored
     losses = [[r["loss"] for r in read_metrics(tmp_path / name)] for name in ("plain", "cached", "again")]

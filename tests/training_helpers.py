@@ -12,9 +12,9 @@ import av
 import numpy as np
 import soundfile
 import torch
-from safetensors.torch import load_file
 
 from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
+from empatheia.modeling import load_trained_state
 from empatheia.training import TrainConfig, load_train_config
 
 from .test_data_stages import tiny_extractors
@@ -126,7 +126,9 @@ def read_metrics(output_dir: Path, split: str = "train") -> List[dict]:
 
 
 def final_weights(output_dir: Path) -> Dict[str, torch.Tensor]:
-    return load_file(str(Path(output_dir) / "final" / "empatheia.safetensors"))
+    """Every trained tensor of a run's ``final/`` (adapter and heads), keyed as
+    ``Empatheia.trained_state_dict``."""
+    return load_trained_state(Path(output_dir) / "final")
 
 
 def clean_launch_env() -> Dict[str, str]:

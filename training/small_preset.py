@@ -19,10 +19,10 @@
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
    in ``DIR/summary.md``.
 
-Every stage runs the repository's recipe with its stage config, the overrides in
-:data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of its own (``--in-process``: all in this
-one); a stage whose ``final/`` exists is skipped, and an interrupted one resumes from its
-newest checkpoint. The result is ``OUT/style_refit/final`` (``OUT/stage4_joint/final``
+Every stage runs the repository's recipe (:mod:`training.recipe`) with its stage config,
+the overrides in :data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of
+its own (``--in-process``: all in this one); a stage whose ``final/`` exists is skipped,
+and an interrupted one resumes from its newest checkpoint. The result is ``OUT/style_refit/final`` (``OUT/stage4_joint/final``
 with ``--style-refit-steps 0``).
 """
 
@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import multiprocessing
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from empatheia.stages import STAGES
+
 REPO = Path(__file__).resolve().parents[1]
-RECIPES = {1: "stage1_coe", 2: "stage2_ccl", 3: "stage3_sac", 4: "stage4_joint"}
 
 # Overrides of configs/train/stageN_*.yaml for a laptop CPU (or one small GPU).
 COMMON = {
@@ -72,12 +72,13 @@ def _sets(values: Dict[str, object]) -> List[str]:
 
 def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, previous: Path = None, preset: str = "small",
               extra: Sequence[str] = (), isolated: bool = True):
-    """Run stage ``stage``'s recipe into ``out/<recipe>`` (skipped when its ``final/``
-    exists, resumed when the folder does), in a process of its own unless ``isolated`` is
-    false; returns that folder."""
+    """Run stage ``stage`` into ``out/<its name>`` (skipped when its ``final/`` exists,
+    resumed when the folder does), in a process of its own unless ``isolated`` is false;
+    returns that folder."""
     from empatheia.training import load_train_config
 
-    output_dir = out / RECIPES[stage]
+    name = STAGES[stage].name
+    output_dir = out / name
     if (output_dir / "final" / "empatheia.safetensors").is_file():
         print(f"[small] stage {stage}: {output_dir / 'final'} exists, skipped")
         return output_dir
@@ -85,24 +86,24 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
               "max_steps": steps, "model.init": str(previous) if previous else None,
               "data.gold_features": str(gold) if gold else None, "data.media_root": None,
               # Stages 3 and 4 read every turn's speech and video: encode each file once.
-              "data.media_cache": str(out / "encoder_cache") if stage in (3, 4) else None}
+              "data.media_cache": str(out / "encoder_cache") if STAGES[stage].reads_media else None}
     overrides = _sets(values) + list(extra)
     # Load the config here too: a bad --set fails before a process is started.
-    load_train_config(REPO / "configs" / "train" / f"{RECIPES[stage]}.yaml", overrides)
+    load_train_config(_stage_config(stage), overrides)
     resume = output_dir.exists()
     if not isolated:
-        _run_recipe(RECIPES[stage], overrides, resume)
+        _run_stage(stage, overrides, resume)
         return output_dir
     # A fresh process per stage: after stage 1 the process still held about 16 GB of the
     # 23 here, and stage 2's forked DataLoader worker was OOM-killed beside it.
     process = multiprocessing.get_context("spawn").Process(
-        target=_run_recipe, args=(RECIPES[stage], overrides, resume), name=f"small-{RECIPES[stage]}"
+        target=_run_stage, args=(stage, overrides, resume), name=f"small-{name}"
     )
     process.start()
     process.join()
     if process.exitcode != 0:
         raise RuntimeError(
-            f"stage {stage} ({RECIPES[stage]}) failed: its process exited with {process.exitcode} "
+            f"stage {stage} ({name}) failed: its process exited with {process.exitcode} "
             f"(its error is printed above; a negative code is the signal that killed it, -9 often "
             f"the kernel's out-of-memory killer). The same command resumes from the newest "
             f"checkpoint in {output_dir}."
@@ -114,12 +115,11 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
     """Stand in for stage 1 with a language core trained before: write
     ``output_dir/final`` as the ``preset`` model before training whose LoRA adapter and
     signal-token rows (the parts stage 1 trains) come from ``weights`` (a trained
-    model's ``empatheia.safetensors``, e.g. the shipped one). Projectors and heads keep
-    their fresh initialisation, so stages 2-4 train them from scratch as after stage 1.
-    Returns ``output_dir``."""
-    from safetensors.torch import load_file
-
+    model's folder or its ``empatheia.safetensors``, e.g. the shipped one). Projectors and
+    heads keep their fresh initialisation, so stages 2-4 train them from scratch as after
+    stage 1. Returns ``output_dir``."""
     from empatheia import Empatheia
+    from empatheia.modeling import load_trained_state
 
     final = output_dir / "final"
     if (final / "empatheia.safetensors").is_file():
@@ -127,7 +127,7 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
         return output_dir
     model = Empatheia.from_preset(preset, trained=False)
     state = model.trained_state_dict()
-    source = load_file(str(weights))
+    source = load_trained_state(weights)
     core = {k: v for k, v in source.items() if k.startswith("language_model.")}
     if set(core) != {k for k in state if k.startswith("language_model.")}:
         raise ValueError(f"{weights}: its language-core keys do not match the {preset} preset's LoRA adapter and signal rows")
@@ -206,11 +206,15 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     return output_dir
 
 
-def _run_recipe(recipe: str, overrides: Sequence[str], resume: bool) -> None:
-    from empatheia.training import load_train_config
+def _stage_config(stage: int) -> Path:
+    return REPO / "configs" / "train" / f"{STAGES[stage].name}.yaml"
 
-    config = load_train_config(REPO / "configs" / "train" / f"{recipe}.yaml", list(overrides))
-    importlib.import_module(f"training.{recipe}").run(config, resume=resume)
+
+def _run_stage(stage: int, overrides: Sequence[str], resume: bool) -> None:
+    from empatheia.training import load_train_config
+    from training.recipe import run
+
+    run(load_train_config(_stage_config(stage), list(overrides)), resume=resume)
 
 
 _STATISTICS = (".running_mean", ".running_var")
@@ -219,17 +223,21 @@ SOURCE_NAME = "source.json"
 
 
 def export_weights(final: Path, folder: Path, dtype=None) -> Path:
-    """``final/empatheia.safetensors`` with floating weights cast to ``dtype`` (default
-    ``torch.float16``: half the size; loading casts back to the model's dtype; running
-    statistics stay float32) as
-    ``folder/empatheia.safetensors``, written whole then renamed."""
+    """The trained parts of the model in ``final`` with floating weights cast to ``dtype``
+    (default ``torch.float16``: half the size; loading casts back to the model's dtype;
+    running statistics stay float32) as one file, ``folder/empatheia.safetensors``, written
+    whole then renamed. One file holds them all, adapter included (the layout of version 1,
+    which :meth:`Empatheia.from_preset` reads): the package ships each preset's weights as
+    a single ``.safetensors`` file of its data."""
     import os
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
+
+    from empatheia.modeling import load_trained_state
 
     dtype = dtype or torch.float16
-    state = load_file(str(final / "empatheia.safetensors"))
+    state = load_trained_state(final)
     # Running statistics stay in float32: a half-precision mean of about 50 would round
     # by more than the spread it standardises.
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(_STATISTICS) else v for k, v in state.items()}
@@ -237,7 +245,7 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / "empatheia.safetensors"
     partial = folder / ".empatheia.safetensors.tmp"
-    save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", "")})
+    save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", ""), "version": "1"})
     os.replace(partial, target)
     return target
 
@@ -308,7 +316,7 @@ def main(argv=None) -> None:
                              "one stage still holds is returned before the next)")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
-    parser.add_argument("--export-stage", type=int, choices=sorted(RECIPES), default=4,
+    parser.add_argument("--export-stage", type=int, choices=sorted(STAGES), default=4,
                         help="whose final/ --export-weights writes (default 4, the end of the curriculum: "
                              "stage 4 after the style refit, when that ran)")
     parser.add_argument("--export-metrics", type=Path, help="copy each stage's metrics.jsonl and train_config.yaml here")
@@ -326,12 +334,12 @@ def main(argv=None) -> None:
         weights = shipped_weights(args.preset) if str(args.stage1_from) == "shipped" else args.stage1_from
         if weights is None or not Path(weights).is_file():
             parser.error(f"--stage1-from {args.stage1_from}: no such weights file")
-        previous = language_core_from(Path(weights), args.out / RECIPES[1], args.preset)
+        previous = language_core_from(Path(weights), args.out / STAGES[1].name, args.preset)
     elif 1 in stages:
         previous = run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset, extra=args.set,
                              isolated=not args.in_process)
     else:
-        previous = args.out / RECIPES[1]
+        previous = args.out / STAGES[1].name
     if not stages & {2, 3, 4}:
         return
     config = EmpatheiaConfig.from_preset(args.preset)
@@ -354,14 +362,14 @@ def main(argv=None) -> None:
             previous = run_stage(stage, args.out, rendered, steps, gold=gold, previous=previous,
                                  preset=args.preset, extra=args.set, isolated=not args.in_process)
         else:
-            previous = args.out / RECIPES[stage]
-    stage_dirs = {stage: args.out / stage for stage in RECIPES.values()}
+            previous = args.out / STAGES[stage].name
+    stage_dirs = {stage.name: args.out / stage.name for stage in STAGES.values()}
     if 4 in stages and args.style_refit_steps:
         previous = style_refit(args.out, previous, rendered, gold, split["train"], args.text_dialogues, args.style_refit_steps)
         stage_dirs[REFIT] = previous
     print(f"[small] done: {previous / 'final'}")
     if args.export_weights:
-        final = previous / "final" if args.export_stage == 4 else args.out / RECIPES[args.export_stage] / "final"
+        final = previous / "final" if args.export_stage == 4 else args.out / STAGES[args.export_stage].name / "final"
         print(f"[small] weights of stage {args.export_stage}: {export_weights(final, args.export_weights)}")
     if args.export_metrics:
         summary = export_metrics(stage_dirs, args.export_metrics)

@@ -18,16 +18,27 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Optional, Protocol, Tuple, Union
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..processing import merge_features
 
 if TYPE_CHECKING:
     from ..config import EmpatheiaConfig
-    from ..modeling import Empatheia
 
 MODALITIES = ("audio", "video")
+
+
+class MediaEncoders(Protocol):
+    """The frozen encoders :meth:`MediaFeatureCache.complete` runs (an
+    :class:`~empatheia.modeling.Empatheia` has them)."""
+
+    speech_encoder: nn.Module
+    video_encoder: nn.Module
+    device: torch.device
 
 
 def file_digest(path: Union[str, Path]) -> str:
@@ -103,7 +114,7 @@ class MediaFeatureCache:
                 os.unlink(tmp)
 
     @torch.no_grad()
-    def complete(self, batch: Dict[str, object], model: "Empatheia") -> Dict[str, object]:
+    def complete(self, batch: Dict[str, object], model: MediaEncoders) -> Dict[str, object]:
         """Encode a batch's uncached media with the model's frozen encoders, store them,
         and return the batch with complete ``audio_features``/``video_features`` (and no
         raw media), ready for ``model(batch)``."""
@@ -126,16 +137,3 @@ class MediaFeatureCache:
                 batch.pop(name, None)
         return batch
 
-
-def merge_features(batch: Dict[str, object], modality: str, raw: Optional[torch.Tensor]) -> torch.Tensor:
-    """All items' encoder features in placeholder order, from freshly encoded raw media
-    ``(M, n, D)`` and the batch's cached ``{modality}_cached`` ``(K, n, D)``.
-
-    ``{modality}_order`` ``(M + K,)`` says, for each placeholder, its row in
-    ``cat([raw, cached])``.
-    """
-    cached = batch.get(f"{modality}_cached")
-    if cached is None:
-        return raw
-    rows = cached if raw is None else torch.cat([raw, cached.to(raw.device, raw.dtype)])
-    return rows[batch[f"{modality}_order"].to(rows.device)]

@@ -1,6 +1,7 @@
 """Training examples of each stage and the collator that batches them.
 
-:class:`StageDataset` pairs each dialogue with what its stage trains on (Appendix D.1):
+:class:`StageDataset` pairs each dialogue with what its stage (:mod:`empatheia.stages`)
+trains on, in the stage's prompt layout (Appendix D.1):
 
 ====== ============================ ===================================================
 stage  prompt                       target and gold data
@@ -31,18 +32,15 @@ from torch.utils.data import Dataset
 
 from ..dialogue import Dialogue
 from ..labels import LabelSets
-from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, stage_mode
+from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target
 from ..prompts import PromptMode
+from ..stages import CONTENT_FEATURES, STYLE_FEATURES, Stage, get_stage
 from .emotions import UnknownEmotionError
 from ..errors import DataError, SkippedSample
 
 if TYPE_CHECKING:
     from .cache import MediaFeatureCache
     from .gold_features import FeatureSource, GoldFeatureStore
-
-CONTENT_FEATURES = ("speech_content", "video_content")
-STYLE_FEATURES = ("speech_style", "video_style")
-STAGE_FEATURES = {1: (), 2: CONTENT_FEATURES, 3: STYLE_FEATURES, 4: CONTENT_FEATURES + STYLE_FEATURES}
 
 
 @dataclass
@@ -57,7 +55,7 @@ class StageExample:
     the stage needs."""
     labels: Dict[str, int] = field(default_factory=dict)
     """``emotion`` and each profile attribute -> class index (``-100``: unknown)."""
-    stage: Optional[int] = None
+    stage: Optional[Stage] = None
     """The stage it was encoded for; with ``features`` empty in a stage that reads gold
     features, a text dialogue (``StageDataset``'s ``text_dialogues``) without them."""
     id: Optional[str] = None
@@ -88,7 +86,7 @@ class StageDataset(Dataset):
     Args:
         dialogues: training dialogues (e.g. a :class:`~empatheia.data.readers.DialogueCorpus`).
         processor: the model's :class:`~empatheia.processing.EmpatheiaProcessor`.
-        stage: 1-4.
+        stage: 1-4 (or the :class:`~empatheia.stages.Stage`).
         gold_features: the store of gold generator features (stages 2-4).
         labels: label sets (default: the model config's).
         media_cache: encoder outputs cached on disk; cached files are not read again.
@@ -107,7 +105,7 @@ class StageDataset(Dataset):
         self,
         dialogues: Sequence[Dialogue],
         processor: EmpatheiaProcessor,
-        stage: int,
+        stage: Union[int, Stage],
         gold_features: Optional["GoldFeatureStore"] = None,
         labels: Optional[LabelSets] = None,
         media_cache: Optional["MediaFeatureCache"] = None,
@@ -115,18 +113,18 @@ class StageDataset(Dataset):
         text_only_share: float = 0.0,
         text_dialogues: Sequence[Dialogue] = (),
     ):
-        self.mode = stage_mode(stage)
-        if text_dialogues and stage != 4:
-            raise ValueError(f"text_dialogues join stage 4 (the stage that reads text and media), not stage {stage}")
+        stage = get_stage(stage)
+        if text_dialogues and not stage.mixes_text_and_media:
+            raise ValueError(f"text_dialogues join stage 4 (the stage that reads text and media), not stage {stage.number}")
         if not 0.0 <= text_only_share <= 1.0:
             raise ValueError(f"text_only_share must be in [0, 1], got {text_only_share}")
-        if text_only_share and stage != 4:
-            raise ValueError(f"text_only_share applies to stage 4 (text beside media), not stage {stage}")
+        if text_only_share and not stage.mixes_text_and_media:
+            raise ValueError(f"text_only_share applies to stage 4 (text beside media), not stage {stage.number}")
         self.text_only_share = text_only_share
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if STAGE_FEATURES[stage] and gold_features is None:
-            raise ValueError(f"stage {stage} trains on gold features {list(STAGE_FEATURES[stage])}: pass gold_features")
+        if stage.gold_features and gold_features is None:
+            raise ValueError(f"stage {stage.number} trains on gold features {list(stage.gold_features)}: pass gold_features")
         self.dialogues = dialogues
         self.text_dialogues = text_dialogues
         self.processor = processor
@@ -135,6 +133,11 @@ class StageDataset(Dataset):
         self.labels = labels or LabelSets.from_config(processor.config.style_disentangler)
         self.media_cache = media_cache
         self.on_error = on_error
+
+    @property
+    def mode(self) -> PromptMode:
+        """The stage's prompt layout."""
+        return self.stage.layout
 
     def __len__(self) -> int:
         return len(self.dialogues) + len(self.text_dialogues)
@@ -152,9 +155,10 @@ class StageDataset(Dataset):
             return SkippedSample(error.file, error.record, error.field, error.reason)
 
     def example(self, dialogue: Dialogue) -> StageExample:
-        if self.mode is not PromptMode.TEXT and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
-            raise DataError(f"stage {self.stage} reads the turns' speech and video, and this dialogue has none", field="turns")
-        if not dialogue.response and self.stage != 3:
+        if self.stage.reads_media and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
+            raise DataError(f"stage {self.stage.number} reads the turns' speech and video, and this dialogue has none",
+                            field="turns")
+        if not dialogue.response and self.stage.reads_response:
             raise DataError("has no gold response to train on", field="response")
         if self.text_only_share and text_only(dialogue.id, self.text_only_share):
             dialogue = _without_media(dialogue)
@@ -170,7 +174,7 @@ class StageDataset(Dataset):
         return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id)
 
     def _features(self, dialogue: Dialogue) -> Dict[str, torch.Tensor]:
-        names = STAGE_FEATURES[self.stage]
+        names = self.stage.gold_features
         if not names:
             return {}
         cs = self.processor.config.content_synchronizer
@@ -208,7 +212,7 @@ class StageDataset(Dataset):
         return features
 
     def _labels(self, dialogue: Dialogue) -> Dict[str, int]:
-        if self.stage < 3:
+        if not self.stage.class_labels:
             return {}
         labels = {"emotion": IGNORE_INDEX}
         if dialogue.emotion is not None:
@@ -260,8 +264,8 @@ class StageCollator:
         batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples])
         batch["ids"] = [e.id for e in examples]
         names = list(dict.fromkeys(name for e in examples for name in e.features))
-        if any(not e.features and e.stage is not None and STAGE_FEATURES[e.stage] for e in examples):
-            stage_names = STAGE_FEATURES[next(e.stage for e in examples if e.stage is not None)]
+        if any(not e.features and e.stage is not None and e.stage.gold_features for e in examples):
+            stage_names = next(e.stage for e in examples if e.stage is not None).gold_features
             names = list(dict.fromkeys(list(stage_names) + names))
         if "speech_content" in names and "speech_units" not in names and self.processor.config.content_synchronizer.unit_vocab_size > 0:
             names.append("speech_units")

@@ -1,17 +1,18 @@
-"""Training: the four curriculum stages (§5) and downstream fine-tuning.
+"""Training: the four curriculum stages (§5, :mod:`empatheia.stages`) and downstream
+fine-tuning.
 
-The recipes in the top-level ``training/`` package compose these parts; run them with
-``empatheia train configs/train/stage1_coe.yaml``. See ``docs/training.md``.
+The recipe in the top-level ``training/`` package (``training/recipe.py``) composes these
+parts for any stage; run it with ``empatheia train configs/train/stage1_coe.yaml``. See
+``docs/training.md``.
 """
 
 from .checkpoint import TrainerState, checkpoints, latest_checkpoint
-from .config import RECIPES, ConfigError, TrainConfig, load_train_config
+from .config import ConfigError, TrainConfig, load_train_config
 from .data import StageData, build_stage_data, label_sets
 from .loop import TrainingDiverged, TrainResult, evaluate, train
 from .start import resolve_init, start_model
 
 __all__ = [
-    "RECIPES",
     "ConfigError",
     "StageData",
     "TrainConfig",

@@ -1,6 +1,7 @@
 """The configuration of one training run, read from a stage's YAML file.
 
-Every recipe reads the same :class:`TrainConfig`; ``empatheia train CONFIG.yaml --set
+The recipe (``training/recipe.py``) reads a :class:`TrainConfig`, whose ``stage`` says
+what the run trains (:mod:`empatheia.stages`); ``empatheia train CONFIG.yaml --set
 key=value`` overrides any key by its dotted name (``optim.learning_rate=1e-4``). Table 9
 of the paper gives the defaults of :class:`OptimConfig`.
 """
@@ -16,8 +17,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import yaml
 
 from ..config import read_yaml_mapping
+from ..stages import STAGES
 
-RECIPES = ("stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "finetune_avatar")
+# Configs written when each stage had a recipe module of its own name it under `recipe`;
+# the stage alone decides now, so the key is read and dropped.
+_RETIRED_KEYS = ("recipe",)
 
 
 class ConfigError(ValueError):
@@ -95,8 +99,9 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    recipe: str = "stage1_coe"
     stage: int = 1
+    """The stage it trains (1-4, :data:`empatheia.stages.STAGES`); fine-tuning is a stage
+    too (4, with ``data.labels``)."""
     max_steps: int = 1000
     """Optimizer steps (each ``batch_size x gradient_accumulation_steps x processes``
     examples)."""
@@ -123,10 +128,8 @@ class TrainConfig:
         def bad(key: str, message: str) -> ConfigError:
             return ConfigError(f"{source}: {key}: {message}")
 
-        if self.recipe not in RECIPES:
-            raise bad("recipe", f"unknown recipe {self.recipe!r}; choose one of {list(RECIPES)}")
-        if self.stage not in (1, 2, 3, 4):
-            raise bad("stage", f"must be 1, 2, 3 or 4, got {self.stage!r}")
+        if self.stage not in STAGES:
+            raise bad("stage", f"must be one of {list(STAGES)}, got {self.stage!r}")
         if not self.data.train:
             raise bad("data.train", "no training file given")
         if not self.output_dir:
@@ -172,6 +175,8 @@ def load_train_config(path: Union[str, Path], sets: Sequence[str] = ()) -> Train
         data = read_yaml_mapping(path)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+    for key in _RETIRED_KEYS:
+        data.pop(key, None)
     for item in sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:

@@ -16,11 +16,11 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ..data import GoldFeatureStore, MediaFeatureCache, StageCollator, StageDataset, read_dataset
-from ..data.dataset import STAGE_FEATURES
 from ..data.gold_features import GoldFeatureStoreError
 from ..dialogue import Dialogue
 from ..errors import DataError, SkipReport
 from ..labels import LabelSets
+from ..stages import Stage, get_stage
 from .config import ConfigError, DataSection, TrainConfig
 
 
@@ -45,15 +45,14 @@ def label_sets(config: TrainConfig, model_labels: LabelSets) -> LabelSets:
 def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> StageData:
     """Read ``data.train`` (and ``data.eval``) for ``config.stage``, keep the examples that
     have what the stage trains on, and wrap them in :class:`StageDataset`."""
-    stage, data = config.stage, config.data
-    needs_features = bool(STAGE_FEATURES[stage])
-    if needs_features and data.gold_features is None:
+    stage, data = get_stage(config.stage), config.data
+    if stage.gold_features and data.gold_features is None:
         raise ConfigError(
-            f"data.gold_features: stage {stage} trains on gold generator features {list(STAGE_FEATURES[stage])}; "
+            f"data.gold_features: stage {stage.number} trains on gold generator features {list(stage.gold_features)}; "
             "extract them with `empatheia data extract-features` and set data.gold_features to that folder"
         )
-    if data.eval is not None and needs_features and data.eval_gold_features is None:
-        raise ConfigError(f"data.eval_gold_features: stage {stage} evaluates on gold features too; set it for data.eval")
+    if data.eval is not None and stage.gold_features and data.eval_gold_features is None:
+        raise ConfigError(f"data.eval_gold_features: stage {stage.number} evaluates on gold features too; set it for data.eval")
     cache = MediaFeatureCache(data.media_cache, processor.config) if data.media_cache else None
     skipped = SkipReport()
 
@@ -64,7 +63,7 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
             format=data.format,
             media_root=data.media_root,
             labels=labels,
-            require_media=stage in (3, 4),
+            require_media=stage.reads_media,
             on_error=data.on_error,
         )
         skipped.skipped.extend(corpus.skipped.skipped)
@@ -79,17 +78,18 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
     return StageData(train, evaluation, labels, skipped)
 
 
-def _text_dialogues(data: DataSection, stage: int, labels: LabelSets, known: Set[str], skipped: SkipReport) -> List[Dialogue]:
+def _text_dialogues(data: DataSection, stage: Stage, labels: LabelSets, known: Set[str], skipped: SkipReport) -> List[Dialogue]:
     """``data.text_train``'s dialogues that have a gold response, less those whose id
     ``train`` already holds (a split's rendered part is usually drawn from the same file)."""
-    if stage != 4:
-        raise ConfigError(f"data.text_train: text dialogues join stage 4 (text beside media), not stage {stage}")
+    if not stage.mixes_text_and_media:
+        raise ConfigError(f"data.text_train: text dialogues join stage 4 (text beside media), not stage {stage.number}")
     corpus = read_dataset(data.text_train, format=data.format, media_root=data.media_root, labels=labels, on_error=data.on_error)
     skipped.skipped.extend(corpus.skipped.skipped)
     fresh = [d for d in corpus.dialogues if d.id not in known]
     if not fresh:
         raise ConfigError(f"data.text_train: every dialogue of {data.text_train} is already in data.train")
-    return _with_stage_targets(fresh, 1, None, Path(data.text_train), data.on_error, skipped)
+    # Read as text alone, they need what stage 1 needs: a gold response.
+    return _with_stage_targets(fresh, get_stage(1), None, Path(data.text_train), data.on_error, skipped)
 
 
 def _open_store(path: Optional[str], key: str) -> Optional[GoldFeatureStore]:
@@ -103,7 +103,7 @@ def _open_store(path: Optional[str], key: str) -> Optional[GoldFeatureStore]:
 
 def _with_stage_targets(
     dialogues: Sequence[Dialogue],
-    stage: int,
+    stage: Stage,
     store: Optional[GoldFeatureStore],
     path: Path,
     on_error: str,
@@ -123,7 +123,7 @@ def _with_stage_targets(
     if not usable:
         first = f"; the first: {problems[0]}" if problems else ""
         raise DataError(
-            f"none of its {len(dialogues)} examples has what stage {stage} trains on{first}", path, field="data.train"
+            f"none of its {len(dialogues)} examples has what stage {stage.number} trains on{first}", path, field="data.train"
         )
     if problems and on_error == "raise":
         more = f" ({len(problems) - 1} more example(s) lack it too; data.on_error: skip leaves them out)"
@@ -134,11 +134,11 @@ def _with_stage_targets(
     return usable
 
 
-def _missing_target(dialogue: Dialogue, stage: int, store: Optional[GoldFeatureStore]) -> Optional[Tuple[str, str]]:
-    if stage != 3 and not dialogue.response:
-        return "response", f"has no gold response, which stage {stage} trains on"
-    if stage in (3, 4) and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
-        return "turns", f"has no speech or video in its turns, which stage {stage} reads"
+def _missing_target(dialogue: Dialogue, stage: Stage, store: Optional[GoldFeatureStore]) -> Optional[Tuple[str, str]]:
+    if stage.reads_response and not dialogue.response:
+        return "response", f"has no gold response, which stage {stage.number} trains on"
+    if stage.reads_media and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
+        return "turns", f"has no speech or video in its turns, which stage {stage.number} reads"
     if store is not None and dialogue.id not in store:
         return "gold features", f"has no gold features in {store.path}"
     return None

@@ -1,4 +1,4 @@
-"""The training loop every recipe runs: DeepSpeed does gradient accumulation, mixed
+"""The training loop of every stage: DeepSpeed does gradient accumulation, mixed
 precision, clipping and ZeRO; this file decides what is read, logged, evaluated and saved.
 """
 
@@ -19,7 +19,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import SkippedSample
-from ..modeling import Empatheia
+from ..modeling import Empatheia, load_trained_state
+from ..stages import get_stage
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig
 from .data import StageData, eval_batches, to_device, train_loader
@@ -42,7 +43,7 @@ SKIPPED_NAME = "skipped.jsonl"
 CONFIG_NAME = "train_config.yaml"
 FINAL_DIR = "final"
 # Keys a resumed run must share with the run it continues; max_steps may grow.
-_RESUME_KEYS = ("recipe", "stage", "seed", "model", "data", "optim", "deepspeed", "mixed_precision")
+_RESUME_KEYS = ("stage", "seed", "model", "data", "optim", "deepspeed", "mixed_precision")
 
 
 class TrainingDiverged(RuntimeError):
@@ -89,7 +90,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         state = _restore(start_from, engine, model, proc, ds_config)
     log = _RunLog(output_dir, config, proc)
     log.note(
-        f"stage {config.stage} ({config.recipe}): {len(data.train)} training examples, "
+        f"stage {config.stage} ({get_stage(config.stage).name}): {len(data.train)} training examples, "
         f"{proc.world_size} process(es), micro-batch {config.optim.batch_size} x "
         f"{config.optim.gradient_accumulation_steps} accumulation, precision {precision}, "
         f"ZeRO stage {zero_stage(ds_config)}"
@@ -331,18 +332,14 @@ def _save_checkpoint(output_dir: Path, engine, model: Empatheia, state, config: 
 
 
 def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_config: Dict) -> ckpt.TrainerState:
-    import safetensors.torch
-
-    from ..modeling import WEIGHTS_NAME
-
-    # Parts trained by earlier stages first, then the engine's state for this stage's.
     import deepspeed
 
-    weights = directory / ckpt.MODEL_DIR / WEIGHTS_NAME
+    # Parts trained by earlier stages first, then the engine's state for this stage's.
+    saved = directory / ckpt.MODEL_DIR
     zero3 = zero_stage(ds_config) == 3
     gather = deepspeed.zero.GatheredParameters(_trained_parameters(model), modifier_rank=0) if zero3 else contextlib.nullcontext()
     with gather:
-        model.load_trained_state_dict(safetensors.torch.load_file(str(weights)), source=str(weights))
+        model.load_trained_state_dict(load_trained_state(saved), source=str(saved))
     path, _ = engine.load_checkpoint(
         str(directory / ckpt.ENGINE_DIR),
         tag=ckpt.ENGINE_TAG,

@@ -1,0 +1,193 @@
+"""The four training stages of §5, each one object.
+
+A :class:`Stage` says what the stage trains (groups of
+:meth:`~empatheia.modeling.Empatheia.parameter_groups`), the prompt layout of its examples
+(Appendix D.1), which of the paper's objectives it computes (and so the batch keys and gold
+generator features it needs) and how its loss is composed from weighted terms (eq. 13 and
+the VAEs' KL). The model (``set_stage``, ``forward``), the data pipeline (``StageDataset``,
+``build_stage_data``) and the training recipe read these objects; nothing else decides what
+a stage is.
+
+=====  ==================  =====================================  =========  ==============================
+stage  name                trains                                 layout     loss
+=====  ==================  =====================================  =========  ==============================
+1      ``stage1_coe``      LoRA, signal rows                      text       L_emp (eq. 8)
+2      ``stage2_ccl``      Content Synchronizer                   text       L_ccl (eq. 9) + KL
+3      ``stage3_sac``      projectors, Style Disentangler         style      L_sal + L_cls (eqs. 10-12) + KL
+4      ``stage4_joint``    all of the above                       full       L_emp + α L_ccl + β L_sac + KL
+=====  ==================  =====================================  =========  ==============================
+
+This module sits below the model, the processor and the data pipeline: it imports only the
+prompt layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple, Union
+
+from .prompts import PromptMode
+
+PARAMETER_GROUPS = ("lora", "signal_rows", "projectors", "content_synchronizer", "style_disentangler")
+"""The groups a stage can train; every other parameter (encoders, base language model) is
+``frozen``."""
+
+CONTENT_FEATURES = ("speech_content", "video_content")
+"""Gold content features of the response (C^s, C^v), one row per speech unit."""
+STYLE_FEATURES = ("speech_style", "video_style")
+"""Gold style features of the response's speech and video (S^s, S^v)."""
+
+_PROMPT_KEYS = ("input_ids", "attention_mask")
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One of the paper's losses, with what it reads."""
+
+    name: str
+    """``emp``, ``ccl`` or ``sac`` (L_emp, L_ccl, L_sac)."""
+    equations: str
+    batch_keys: Tuple[str, ...]
+    """Batch keys it reads beyond the prompt's ``input_ids`` and ``attention_mask``."""
+    gold_features: Tuple[str, ...] = ()
+    """Generator features of the gold response it regresses onto."""
+    reads_response: bool = False
+    """Whether it needs the gold response's text (the target of L_emp, the tokens the
+    Content Synchronizer reads)."""
+    class_labels: bool = False
+    """Whether it needs the emotion and profile class labels (eq. 11)."""
+
+
+EMP = Objective("emp", "eq. 8", ("labels",), reads_response=True)
+CCL = Objective(
+    "ccl",
+    "eq. 9",
+    ("response_mask", "speech_content_target", "speech_content_mask", "video_content_target", "video_content_mask"),
+    gold_features=CONTENT_FEATURES,
+    reads_response=True,
+)
+SAC = Objective(
+    "sac",
+    "eqs. 10-12",
+    ("speech_style_target", "video_style_target", "emotion_label"),
+    gold_features=STYLE_FEATURES,
+    class_labels=True,
+)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One summand of a stage's loss: the model's ``losses`` added up, times the
+    :class:`~empatheia.config.LossConfig` field ``weight`` (1 when ``None``)."""
+
+    name: str
+    """Logged as ``weighted_<name>`` by stages that combine objectives."""
+    losses: Tuple[str, ...]
+    weight: Optional[str] = None
+    optional: bool = False
+    """Left out when its weight is 0: an addition to the paper's loss that a preset
+    switches on (the model then does not compute it at all)."""
+
+
+# Added to L_emp where a preset asks for it (LossConfig.chain_emotion_weight; docs/model.md).
+_CHAIN_EMOTION = Term("chain_emotion", ("loss_chain_emotion",), "chain_emotion_weight", optional=True)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One training stage: what trains, on which examples, against which loss."""
+
+    number: int
+    name: str
+    """The stage's config (``configs/train/<name>.yaml``) and default output folder."""
+    title: str
+    trains: Tuple[str, ...]
+    """The parameter groups it makes trainable (:data:`PARAMETER_GROUPS`)."""
+    layout: PromptMode
+    """The prompt layout of its examples (Appendix D.1)."""
+    objectives: Tuple[Objective, ...]
+    terms: Tuple[Term, ...]
+    """The summands of its loss, in the order they are added."""
+
+    def computes(self, objective: Objective) -> bool:
+        return objective in self.objectives
+
+    @property
+    def batch_keys(self) -> Tuple[str, ...]:
+        """Keys ``Empatheia.forward`` needs in a batch of this stage (profile labels and,
+        with a unit vocabulary, ``speech_units`` come on top, as the config says)."""
+        keys = _PROMPT_KEYS + tuple(key for objective in self.objectives for key in objective.batch_keys)
+        return tuple(dict.fromkeys(keys))
+
+    @property
+    def gold_features(self) -> Tuple[str, ...]:
+        return tuple(name for objective in self.objectives for name in objective.gold_features)
+
+    @property
+    def reads_response(self) -> bool:
+        return any(objective.reads_response for objective in self.objectives)
+
+    @property
+    def class_labels(self) -> bool:
+        return any(objective.class_labels for objective in self.objectives)
+
+    @property
+    def reads_media(self) -> bool:
+        """Whether its prompts carry the turns' speech and video (every example needs some)."""
+        return self.layout is not PromptMode.TEXT
+
+    @property
+    def mixes_text_and_media(self) -> bool:
+        """Whether its layout has the turns' text beside their media, so that an example
+        may also be shown as text alone (``text_only_share``, ``text_dialogues``)."""
+        return self.layout is PromptMode.FULL
+
+    @property
+    def builds_language_model_graph(self) -> bool:
+        """Whether its gradient passes through the language model: it trains parts inside
+        it (LoRA, signal rows) or before it (the projectors). Otherwise the model's states
+        are read without a graph, which spares its activation memory."""
+        return bool({"lora", "signal_rows", "projectors"} & set(self.trains))
+
+    @property
+    def logs_weighted_terms(self) -> bool:
+        """Whether each weighted term is logged (``weighted_*``): where objectives are
+        combined with weights (eq. 13), so a term too small to train is seen."""
+        return len(self.objectives) > 1
+
+    @property
+    def starts_from_preset(self) -> bool:
+        """Stage 1 starts from the preset's pretrained parts; every later stage from a
+        trained model (the previous stage's output)."""
+        return self.number == 1
+
+
+STAGES: Dict[int, Stage] = {
+    stage.number: stage
+    for stage in (
+        Stage(1, "stage1_coe", "Chain-of-Empathy learning (§5.1)", ("lora", "signal_rows"), PromptMode.TEXT, (EMP,),
+              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION)),
+        Stage(2, "stage2_ccl", "content consistency learning (§5.2)", ("content_synchronizer",), PromptMode.TEXT, (CCL,),
+              (Term("ccl", ("loss_ccl",)), Term("kl", ("kl_content",), "kl_weight"))),
+        # The projectors train from stage 3, the first whose prompts carry speech and video;
+        # the language model stays frozen and passes their gradient through.
+        Stage(3, "stage3_sac", "style alignment and consistency learning (§5.3)", ("projectors", "style_disentangler"),
+              PromptMode.STYLE, (SAC,),
+              (Term("sal", ("loss_sal",)), Term("cls", ("loss_cls",)), Term("kl", ("kl_style",), "kl_weight"))),
+        # Eq. 13 with L_sac = L_sal + L_cls split so each is logged; β weighs both.
+        Stage(4, "stage4_joint", "joint MERG tuning (§5.4)", PARAMETER_GROUPS, PromptMode.FULL, (EMP, CCL, SAC),
+              (Term("emp", ("loss_emp",)), Term("ccl", ("loss_ccl",), "alpha"), Term("sal", ("loss_sal",), "beta"),
+               Term("cls", ("loss_cls",), "beta"), Term("kl", ("kl_content", "kl_style"), "kl_weight"), _CHAIN_EMOTION)),
+    )
+}
+
+
+def get_stage(number: Union[int, Stage]) -> Stage:
+    """The stage numbered ``number`` (a :class:`Stage` is returned as it is); a
+    ``ValueError`` names the valid numbers otherwise."""
+    if isinstance(number, Stage):
+        return number
+    try:
+        return STAGES[number]
+    except (KeyError, TypeError):
+        raise ValueError(f"stage must be one of {list(STAGES)}, got {number!r}") from None
