@@ -321,10 +321,11 @@ class Empatheia(nn.Module):
         missing = [key for key in stage.batch_keys if key not in batch]
         if missing:
             raise KeyError(f"stage {stage.number} needs batch keys {missing}")
-        # Stage 3 keeps the language model frozen too (§5.3), but its prompts are media
-        # alone, so the gradient passes through it to the projectors: they have no
-        # pre-aligned weights (the paper's come from NExT-GPT), and this is the first stage
-        # in which the media say anything.
+        # Stage 2 reads the frozen language model's states without a graph. Stage 3 keeps
+        # the model frozen as well (§5.3), but its prompts are media alone, so the gradient
+        # passes through it to the projectors: they have no pre-aligned weights (the
+        # paper's come from NExT-GPT), and this is the first stage in which the media say
+        # anything.
         with torch.set_grad_enabled(torch.is_grad_enabled() and stage.builds_language_model_graph):
             hidden = self.hidden_states(batch)
         terms: Dict[str, torch.Tensor] = {}

@@ -48,6 +48,24 @@ def test_stage_trains_exactly_its_parameters(model, stage):
                 assert param.grad is None, f"stage {stage}: frozen {name} got a gradient"
 
 
+def test_each_stage_is_one_object_that_the_model_reads(model):
+    from empatheia.stages import PARAMETER_GROUPS, get_stage
+
+    assert list(model.parameter_groups()) == list(PARAMETER_GROUPS) + ["frozen"]
+    assert STAGES[4].trains == PARAMETER_GROUPS and set().union(*(s.trains for s in STAGES.values())) == set(PARAMETER_GROUPS)
+    # forward asks for exactly the batch keys its stage names, and names the missing one.
+    batch = full_batch(model)
+    for number, stage in STAGES.items():
+        for key in stage.batch_keys:
+            with pytest.raises(KeyError, match=rf"stage {number} needs batch keys \['{key}'\]"):
+                model({k: v for k, v in batch.items() if k != key}, stage=number)
+    assert STAGES[2].gold_features == ("speech_content", "video_content") and not STAGES[1].gold_features
+    assert [s.name for s in STAGES.values()] == ["stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint"]
+    assert get_stage(STAGES[3]) is STAGES[3]
+    with pytest.raises(ValueError, match=r"stage must be one of \[1, 2, 3, 4\], got 5"):
+        model.set_stage(5)
+
+
 def test_projectors_start_at_zero_and_learn_in_stage_four(model):
     # Media tokens enter a text-trained core as zero embeddings until stage 4 trains the
     # projectors; the last layer's own gradient is not zero, so training can move it.

@@ -13,7 +13,8 @@ from empatheia import Dialogue, Empatheia, Turn
 from empatheia.data import DataError
 from empatheia.labels import LabelSets
 from empatheia.stages import STAGES
-from empatheia.training import ConfigError, TrainingDiverged, build_stage_data, load_train_config, start_model, train
+from empatheia.training import ConfigError, TrainingDiverged, build_stage_data, load_train_config, start_model
+from empatheia.training import train as train_loop  # `train` is the data file in these tests
 
 from training import recipe
 
@@ -23,6 +24,7 @@ from .training_helpers import (
     final_weights,
     read_metrics,
     tiny_config,
+    tiny_settings,
     write_avatar_dataset,
 )
 
@@ -39,7 +41,7 @@ def test_each_stage_learns_and_changes_only_its_parameters(stage, avatar, stage1
     model = start_model(config, require_init=stage > 1)
     before = _snapshot(model)
     data = build_stage_data(config, model.processor, model.label_sets())
-    result = train(config, model, data)
+    result = train_loop(config, model, data)
 
     losses = [row["loss"] for row in read_metrics(tmp_path / "run")]
     assert len(losses) == config.max_steps
@@ -110,6 +112,20 @@ def test_stage_one_reads_a_text_only_file(tmp_path):
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2]
 
 
+def test_the_recipe_runs_a_stage_from_its_yaml_on_the_command_line(tmp_path, avatar, capsys):
+    train, _ = avatar
+    sets = tiny_settings(1, tmp_path / "run", train, max_steps=1)
+    assert recipe.main(["--config", str(STAGE_CONFIGS[1]), *[a for s in sets for a in ("--set", s)]]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed == {"final": str(tmp_path / "run" / "final"), "steps": 1, "examples": 4}
+    with pytest.raises(SystemExit, match=r"error: .*unknown config key 'optim.lr'"):
+        recipe.main(["--config", str(STAGE_CONFIGS[1]), "--set", "optim.lr=1e-4"])
+    # A config written when every stage had a recipe module of its own still reads.
+    old = tmp_path / "old.yaml"
+    old.write_text("recipe: stage2_ccl\n" + STAGE_CONFIGS[2].read_text())
+    assert load_train_config(old).to_dict() == load_train_config(STAGE_CONFIGS[2]).to_dict()
+
+
 def test_stage_four_trains_on_text_dialogues_beside_the_rendered_ones(tmp_path, avatar, stage1_output):
     train, gold = avatar
     text = _ed_file(tmp_path / "ed.jsonl")
@@ -119,7 +135,7 @@ def test_stage_four_trains_on_text_dialogues_beside_the_rendered_ones(tmp_path, 
     data = build_stage_data(config, model.processor, model.label_sets())
     media = len(data.train.dialogues)
     assert len(data.train.text_dialogues) == 2 and len(data.train) == media + 2
-    result = train(config, model, data)
+    result = train_loop(config, model, data)
     assert result.state.step == 2
     with pytest.raises(ConfigError, match="data.text_train: text dialogues join stage 4"):
         recipe.run(tiny_config(3, tmp_path / "run3", train, gold=gold, init=stage1_output, **{"data.text_train": str(text)}))
