@@ -90,7 +90,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         state = _restore(start_from, engine, model, proc, ds_config)
     log = _RunLog(output_dir, config, proc)
     log.note(
-        f"stage {config.stage} ({get_stage(config.stage).name}): {len(data.train)} training examples, "
+        f"stage {config.stage}, {get_stage(config.stage).title}: {len(data.train)} training examples, "
         f"{proc.world_size} process(es), micro-batch {config.optim.batch_size} x "
         f"{config.optim.gradient_accumulation_steps} accumulation, precision {precision}, "
         f"ZeRO stage {zero_stage(ds_config)}"
