@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .runner import read_predictions, write_json, write_text_atomic
+from ..io import write_json, write_text_atomic
+from .records import read_predictions
 
 if TYPE_CHECKING:
     from ..dialogue import Dialogue
