@@ -179,7 +179,9 @@ def parse_jsonl(text: str, path: PathLike, keep_bad_lines: bool = False) -> List
     ``keep_bad_lines`` that error is returned as the line's value instead, so a reader
     can skip that line alone."""
     records: List[Tuple[int, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Only "\n" ends a line: str.splitlines would also split at U+2028 and the like, which
+    # JSON strings may hold unescaped.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

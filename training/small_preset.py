@@ -223,22 +223,19 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     ``torch.float16``: half the size; loading casts back to the model's dtype; running
     statistics stay float32) as
     ``folder/empatheia.safetensors``, written whole then renamed."""
-    import os
-
     import torch
     from safetensors.torch import load_file, save_file
+
+    from empatheia.io import atomic_path
 
     dtype = dtype or torch.float16
     state = load_file(str(final / "empatheia.safetensors"))
     # Running statistics stay in float32: a half-precision mean of about 50 would round
     # by more than the spread it standardises.
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(_STATISTICS) else v for k, v in state.items()}
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "empatheia.safetensors"
-    partial = folder / ".empatheia.safetensors.tmp"
-    save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", "")})
-    os.replace(partial, target)
+    target = Path(folder) / "empatheia.safetensors"
+    with atomic_path(target) as partial:
+        save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", "")})
     return target
 
 
