@@ -205,6 +205,23 @@ def _check_labels(dialogue: Dialogue, emotion_field: str, profile_field: str, la
                 raise DataError(str(error), record=dialogue.id, field=f"{profile_field.format(role=role)}.{attribute}") from None
 
 
+def _chain(coe: Any, name: str, field_name: str, strict: bool) -> Optional[ChainOfEmpathy]:
+    """The Chain of Empathy object a record holds at ``field_name`` (``None`` when it has
+    none): string or null steps of :data:`CHAIN_FIELDS`; ``strict`` rejects other keys."""
+    if coe is None:
+        return None
+    if not isinstance(coe, dict):
+        raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field=field_name)
+    unknown = sorted(set(coe) - set(CHAIN_FIELDS))
+    if strict and unknown:
+        raise DataError(f"unknown keys {unknown} (known: {list(CHAIN_FIELDS)})", record=name, field=field_name)
+    for key in CHAIN_FIELDS:
+        value = coe.get(key)
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=f"{field_name}.{key}")
+    return ChainOfEmpathy(**{key: coe.get(key) for key in CHAIN_FIELDS})
+
+
 # ---------------------------------------------------------------------- AvaMERG
 def avamerg_dialogue(
     conversation: Dict[str, Any],
@@ -273,20 +290,7 @@ def avamerg_dialogue(
     response = record.get("response")
     if response is not None and not isinstance(response, str):
         raise DataError(f"should be a string, got {type(response).__name__}", record=name, field=f"{at}.response")
-    chain = None
-    coe = record.get("chain_of_empathy")
-    if coe is not None:
-        if not isinstance(coe, dict):
-            raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field=f"{at}.chain_of_empathy")
-        values = {}
-        for key in CHAIN_FIELDS:
-            value = coe.get(key)
-            if value is not None and not isinstance(value, str):
-                raise DataError(
-                    f"should be a string, got {type(value).__name__}", record=name, field=f"{at}.chain_of_empathy.{key}"
-                )
-            values[key] = value
-        chain = ChainOfEmpathy(**values)
+    chain = _chain(record.get("chain_of_empathy"), name, f"{at}.chain_of_empathy", strict=False)
     response_audio = response_video = None
     if root is not None and response_media:
         avatar = (profiles["listener"] or {}).get("ID")
@@ -500,18 +504,7 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
             raise DataError("missing or empty", record=name, field="response.text")
         response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
         response_video = _avatar_media(response, "video", name, "response", ctx, missing)
-    chain = None
-    if record.get("chain") is not None:
-        coe = record["chain"]
-        if not isinstance(coe, dict):
-            raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field="chain")
-        unknown = sorted(set(coe) - set(CHAIN_FIELDS))
-        if unknown:
-            raise DataError(f"unknown keys {unknown} (known: {list(CHAIN_FIELDS)})", record=name, field="chain")
-        for key, value in coe.items():
-            if value is not None and not isinstance(value, str):
-                raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=f"chain.{key}")
-        chain = ChainOfEmpathy(**{k: coe.get(k) for k in CHAIN_FIELDS})
+    chain = _chain(record.get("chain"), name, "chain", strict=True)
     emotion = record.get("emotion")
     if emotion is not None and not isinstance(emotion, str):
         raise DataError(f"should be a string, got {type(emotion).__name__}", record=name, field="emotion")
