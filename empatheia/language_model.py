@@ -4,13 +4,10 @@ input placeholders and the ``<AUDi>``/``<VIDi>`` output signal tokens."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from .config import CACHE_ENV, LanguageModelConfig, cache_dir, resolve_pretrained
+from .io import atomic_path, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -236,31 +234,26 @@ def converted_gguf_model(config: LanguageModelConfig) -> Path:
     source = folder / config.gguf_file
     if not source.is_file():
         raise FileNotFoundError(f"language_model.gguf_file: {source} does not exist")
-    digest = _file_sha256(source)
+    digest = file_digest(source)
     target = cache_dir() / "language_models" / f"{source.stem}-{digest[:16]}-v{CONVERSION_FORMAT}"
     if (target / CONVERSION_RECORD).is_file():
         return target
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise PermissionError(f"{target.parent} is not writable")
     except OSError as error:
         raise OSError(
             f"cannot write the converted {source.name} under {target.parent} ({error}); "
             f"set ${CACHE_ENV} to a writable folder"
         ) from error
-    try:
+    # Another process converting at once may finish first; its copy is as good as ours.
+    with atomic_path(target, directory=True, keep_existing=True) as staging:
         _convert_gguf(source, staging)
         record = {"source": str(source), "sha256": digest, "format": CONVERSION_FORMAT}
         (staging / CONVERSION_RECORD).write_text(json.dumps(record, indent=2))
-        staging.chmod(0o755)  # mkdtemp makes it private; a shared cache must stay readable
-        try:
-            os.rename(staging, target)
-        except OSError:
-            # Another process finished first; its copy is as good as ours.
-            if not (target / CONVERSION_RECORD).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    if not (target / CONVERSION_RECORD).is_file():
+        raise OSError(f"{target} exists without {CONVERSION_RECORD} (not written by this conversion); remove it")
     return target
 
 
@@ -282,14 +275,6 @@ def _convert_gguf(source: Path, destination: Path) -> None:
     model.save_pretrained(str(destination))
     tokenizer.save_pretrained(str(destination))
     logger.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # Text the builtin tokenizer learns its merges from: the prompt scaffolding and everyday

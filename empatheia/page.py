@@ -4,12 +4,17 @@ predicted emotion with its probabilities, and the spoken, animated answer."""
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Optional
-
+from typing import TYPE_CHECKING, Any, Dict, Optional, Protocol
 
 if TYPE_CHECKING:
     from .dialogue import Dialogue
-    from .response import EmpatheticResponse, LabelPrediction
+
+
+class Prediction(Protocol):
+    """What a probability table shows (a :class:`~empatheia.response.LabelPrediction`)."""
+
+    label: str
+    probabilities: Dict[str, float]
 
 _CHAIN_TITLES = (
     ("event_scenario", "Event scenario"),
@@ -33,7 +38,7 @@ table.probs td { padding: 1px 6px; } .bar { background: #6a9fd4; height: .8em; b
 _TOP = 8
 
 
-def _probability_table(prediction: "LabelPrediction", top: Optional[int] = None) -> str:
+def _probability_table(prediction: Prediction, top: Optional[int] = None) -> str:
     ranked = sorted(prediction.probabilities.items(), key=lambda item: -item[1])[:top]
     rows = ["<table class=probs>"]
     for label, p in ranked:
@@ -54,8 +59,10 @@ def _describe(values: dict) -> str:
     return "; ".join(f"{name.replace('_', ' ')}: {show(value)}" for name, value in values.items())
 
 
-def response_page(response: "EmpatheticResponse", dialogue: Optional["Dialogue"] = None) -> str:
-    """The page as a string; it refers to ``response.wav`` and ``response.mp4`` beside it."""
+def response_page(response: Any, dialogue: Optional["Dialogue"] = None) -> str:
+    """The page of ``response`` (an :class:`~empatheia.response.EmpatheticResponse`, read
+    by its fields: that module imports this one) as a string; it refers to
+    ``response.wav`` and ``response.mp4`` beside it."""
     parts = [f"<!doctype html><html lang=en><meta charset=utf-8><title>Empatheia response</title><style>{_STYLE}</style>",
              "<h1>Empatheia response</h1>"]
     if dialogue is not None:

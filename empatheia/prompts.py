@@ -11,12 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
 from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER
-
-if TYPE_CHECKING:
-    from .dialogue import Turn
 
 ROLE_NAMES = {"speaker": "Speaker", "listener": "Listener"}
 
@@ -125,7 +122,17 @@ def turn_line(role: str, text: str, audio: bool, video: bool) -> str:
     return f"{ROLE_NAMES[role]}: {body}"
 
 
-def context_lines(turns: Sequence["Turn"], mode: PromptMode) -> List[str]:
+class TurnLike(Protocol):
+    """What :func:`context_lines` reads of a turn (an :class:`empatheia.dialogue.Turn`,
+    whose module imports this one)."""
+
+    role: str
+    text: str
+    audio: Any
+    video: Any
+
+
+def context_lines(turns: Sequence[TurnLike], mode: PromptMode) -> List[str]:
     """One line per turn. In TEXT mode media are left out; in STYLE mode the text is."""
     lines = []
     for turn in turns:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Union
 import torch
 from safetensors.torch import save_file
 
+from .page import response_page
 from .prompts import ChainOfEmpathy
 
 if TYPE_CHECKING:
@@ -122,7 +123,6 @@ class EmpatheticResponse:
         probabilities and the answer's player) and, when generated, ``response.wav`` and
         ``response.mp4`` (H.264 with the speech muxed as AAC)."""
         from .media import write_mp4, write_wav
-        from .page import response_page
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)

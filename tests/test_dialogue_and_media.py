@@ -10,8 +10,8 @@ import pytest
 import soundfile
 import torch
 
-from empatheia import Dialogue, PromptMode
-from empatheia.data import DataError
+from empatheia import PromptMode
+from empatheia.data import DataError, avamerg_dialogue
 from empatheia.media import load_audio, load_video_frames
 from empatheia.prompts import ChainOfEmpathy, chain_text, parse_chain
 
@@ -71,8 +71,8 @@ def _media_root(tmp_path, conversation, ids=("7", "3")):
     return root
 
 
-def test_from_avamerg_train_form():
-    d = Dialogue.from_avamerg(TRAIN_CONVERSATION)
+def test_avamerg_dialogue_train_form():
+    d = avamerg_dialogue(TRAIN_CONVERSATION)
     assert d.id == "00042/1"
     assert [t.role for t in d.turns] == ["speaker", "listener", "speaker"]
     assert d.turns[2].text == "My sister is coming over tonight."
@@ -80,26 +80,26 @@ def test_from_avamerg_train_form():
     assert d.chain.speaker_emotion == "apprehensive"
     assert d.listener_profile["ID"] == "3" and d.turns[0].profile["ID"] == "7"
     assert d.context == "Waiting for test results."
-    first = Dialogue.from_avamerg(TRAIN_CONVERSATION, turn=0)
+    first = avamerg_dialogue(TRAIN_CONVERSATION, turn=0)
     assert len(first.turns) == 1 and first.chain.speaker_emotion == "anxious"
 
 
-def test_from_avamerg_released_test_form():
+def test_avamerg_dialogue_released_test_form():
     conversation = json.loads(shared_data("avamerg/challenge_test_excerpt.json").read_text())[0]
-    d = Dialogue.from_avamerg(conversation)
+    d = avamerg_dialogue(conversation)
     assert d.id == "03998/1" and len(d.turns) == 3
     assert d.response is None and d.chain is None and d.listener_profile is None
 
 
-def test_from_avamerg_attaches_media_and_reports_missing(tmp_path):
+def test_avamerg_dialogue_attaches_media_and_reports_missing(tmp_path):
     root = _media_root(tmp_path, TRAIN_CONVERSATION)
-    d = Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root)
+    d = avamerg_dialogue(TRAIN_CONVERSATION, media_root=root)
     assert d.turns[1].audio == root / "dia00042utt1_3.wav"
     assert d.turns[2].video == root / "dia00042utt2_7.mp4"
     (root / "dia00042utt1_3.mp4").unlink()
     with pytest.raises(DataError, match=r"dia00042utt1_3.mp4, record 00042/1, field 'turns\[1\].dialogue_history\[1\] \(video\)': video file not found"):
-        Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root)
-    lenient = Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root, require_media=False)
+        avamerg_dialogue(TRAIN_CONVERSATION, media_root=root)
+    lenient = avamerg_dialogue(TRAIN_CONVERSATION, media_root=root, require_media=False)
     assert lenient.missing_media == [str(root / "dia00042utt1_3.mp4")]
     assert lenient.turns[1].video is None and lenient.turns[1].audio is not None
 
@@ -107,7 +107,7 @@ def test_from_avamerg_attaches_media_and_reports_missing(tmp_path):
 def test_test_form_media_match_any_avatar(tmp_path):
     conversation = json.loads(shared_data("avamerg/challenge_test_excerpt.json").read_text())[0]
     root = _media_root(tmp_path, conversation, ids=("12", "40"))
-    d = Dialogue.from_avamerg(conversation, media_root=root)
+    d = avamerg_dialogue(conversation, media_root=root)
     assert d.turns[0].audio.name == "dia03998utt0_12.wav"
 
 
@@ -125,12 +125,12 @@ def test_malformed_conversations_name_the_field(breakage, message):
     conversation = json.loads(json.dumps(TRAIN_CONVERSATION))
     breakage(conversation)
     with pytest.raises(DataError, match=message):
-        Dialogue.from_avamerg(conversation)
+        avamerg_dialogue(conversation)
 
 
 def test_respond_on_real_speech_and_face_clips(model, tmp_path):
     root = _media_root(tmp_path, TRAIN_CONVERSATION)
-    d = Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root)
+    d = avamerg_dialogue(TRAIN_CONVERSATION, media_root=root)
     example = model.processor.encode(d, PromptMode.FULL)
     assert len(example.audio) == 3 and len(example.video) == 3
     assert example.video[0].data.shape == (model.config.video_encoder.num_frames, 3, 32, 32)
@@ -183,5 +183,5 @@ def test_respond_reads_each_media_file_once(model, tmp_path, monkeypatch):
     for name in ("load_audio", "load_video_frames"):
         original = getattr(processing, name)
         monkeypatch.setattr(processing, name, lambda path, *a, _f=original: reads.append(path) or _f(path, *a))
-    model.respond(Dialogue.from_avamerg(TRAIN_CONVERSATION, media_root=root), max_new_tokens=4)
+    model.respond(avamerg_dialogue(TRAIN_CONVERSATION, media_root=root), max_new_tokens=4)
     assert sorted(p.name for p in reads) == sorted(p.name for p in root.iterdir())

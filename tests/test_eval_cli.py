@@ -12,10 +12,12 @@ from typing import List
 import pytest
 
 from empatheia.data.readers import read_dataset
-from empatheia.evaluation import runner
 from empatheia.evaluation.cli import add_eval_parsers
+from empatheia.evaluation.model_runs import recover_predictions
+from empatheia.evaluation.records import references_from_dialogues
 from empatheia.evaluation.report import bar_chart_svg, heatmap_svg
-from empatheia.evaluation.runner import TextMetrics, recover_predictions, references_from_dialogues, score
+from empatheia.evaluation.scoring import ScoreOptions, score
+from empatheia.evaluation.text import distinct_n
 from empatheia.labels import LabelSets
 
 SVG = "{http://www.w3.org/2000/svg}svg"
@@ -120,15 +122,13 @@ def test_no_group_plots_without_profiles(tmp_path):
     assert not list(out.glob("accuracy_by_*.svg")) and (out / "confusion_matrix.svg").is_file()
 
 
-def test_minimal_fallback_matches_the_hand_values():
-    """Without empatheia.evaluation.text the adapter uses runner's own functions."""
-    metrics = score(PREDICTIONS, REFERENCES, text_metrics=TextMetrics(None))
+def test_records_given_directly_score_the_hand_values():
+    """score() on records, without files, gives the same hand-checked numbers."""
+    metrics = score(PREDICTIONS, REFERENCES)
     assert metrics["emotion_accuracy"] == pytest.approx(0.75)
     assert metrics["dist_1"] == pytest.approx(10 / 15) and metrics["dist_2"] == pytest.approx(8 / 11)
-    assert set(metrics["implementations"].values()) == {"empatheia.evaluation.runner"}
-    assert "bleu" not in metrics and "emotion_macro_f1" not in metrics
     assert metrics["emotion"]["by_group"]["age"]["young"] == {"accuracy": 1.0, "correct": 2, "n": 2}
-    assert runner.distinct_n(["hi"], 2) == 0.0 and runner.distinct_n(["a b a b"], 1) == 0.5
+    assert distinct_n(["hi"], 2) == 0.0 and distinct_n(["a b a b"], 1) == 0.5
 
 
 def test_missing_ids_are_an_error_unless_allowed(tmp_path, capsys):
@@ -343,6 +343,6 @@ def test_references_raw_labels_score_under_another_label_set():
     ]
     seven = score(predictions, references)
     assert seven["emotion_accuracy"] == 1.0 and seven["chain_emotion_accuracy"] == 1.0
-    fine = score(predictions, references, labels=ed32)
+    fine = score(predictions, references, ScoreOptions(labels=ed32))
     # a: proud vs grateful (wrong); b: lonely (right); c: "fear" is no ED label, compared as written (right).
     assert fine["chain_emotion_accuracy"] == pytest.approx(2 / 3)

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from empatheia.evaluation import runner
+from empatheia.evaluation import model_runs, records
 from empatheia.evaluation.consistency import character_similarity
 from empatheia.evaluation.multimodal import MultimodalModels, score_multimodal
 from empatheia.evaluation.report import write_report
+from empatheia.evaluation.scoring import RecordFiles, ScoreOptions, score, score_files
 from empatheia.config import EmpatheiaConfig
 from empatheia.evaluation.speech import character_errors, style_agreement
 from empatheia.evaluation.video import video_ssim
@@ -45,7 +46,7 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     predictions = read_jsonl(out / "predictions.jsonl")
     assert [p["id"] for p in predictions] == ["c1/1", "c2/1"]
     for p in predictions:
-        assert p["audio"] == f"media/{runner.media_stem(p['id'])}.wav" and p["video"] == f"media/{runner.media_stem(p['id'])}.mp4"
+        assert p["audio"] == f"media/{model_runs.media_stem(p['id'])}.wav" and p["video"] == f"media/{model_runs.media_stem(p['id'])}.mp4"
         assert (out / p["audio"]).stat().st_size > 0 and (out / p["video"]).stat().st_size > 0
         assert isinstance(p["avatar"], str) and p["avatar"]
     assert not list((out / "media").glob(".*"))  # no temporary file left behind
@@ -55,7 +56,7 @@ def test_animated_run_is_scored_and_resumes(tmp_path, capsys):
     for p in predictions:
         assert len(p["speech_style"]) == len(p["speech_style_realised"]) == widths.speech_style_dim
         assert len(p["video_style"]) == len(p["video_style_realised"]) == widths.video_style_dim
-        for name in runner.STYLE_FIELDS:
+        for name in records.STYLE_FIELDS:
             assert all(isinstance(v, float) and math.isfinite(v) for v in p[name])
 
     metrics = json.loads((out / "metrics.json").read_text())
@@ -167,7 +168,7 @@ def test_media_options_belong_to_their_modes(tmp_path):
 
 def test_media_stems_are_safe_and_distinct(tmp_path):
     ids = ["c1/3", "c1_3", "c1:3", "../x", "a" * 300, "é", ".", "plain-id_1.2"]
-    stems = [runner.media_stem(i) for i in ids]
+    stems = [model_runs.media_stem(i) for i in ids]
     assert len(set(stems)) == len(ids)
     assert stems[1] == "c1_3" and stems[-1] == "plain-id_1.2" and stems[0].startswith("c1_3-")
     for stem in stems:
@@ -176,9 +177,9 @@ def test_media_stems_are_safe_and_distinct(tmp_path):
     # A run.json written before --speak/--animate existed reads as a run without them.
     (tmp_path / "predictions.jsonl").write_text('{"id": "a", "text": "x", "emotion": "sad"}\n')
     (tmp_path / "run.json").write_text(json.dumps({"model": "m", "max_new_tokens": 4}))
-    runner.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": False, "animate": False})
-    with pytest.raises(runner.RunMismatchError, match=r"speak: was False, now True"):
-        runner.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": True, "animate": False})
+    model_runs.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": False, "animate": False})
+    with pytest.raises(model_runs.RunMismatchError, match=r"speak: was False, now True"):
+        model_runs.check_run_info(tmp_path, {"model": "m", "max_new_tokens": 4, "speak": True, "animate": False})
 
 
 # ---------------------------------------------------------------------- hand-checked aggregation
@@ -249,8 +250,8 @@ def test_blocks_hand_checked_with_stand_in_models(tmp_path):
         expression=FakeExpression({40: "happy", 128: "sad", 220: "fear"}),
         identity=FakeIdentity({40: [1.0, 0.0], 128: [0.6, 0.8], 220: [0.0, 1.0]}),
     )
-    metrics = runner.score(predictions, references, multimodal=True, media_dir=tmp_path, multimodal_models=models,
-                           reference_media_dir=tmp_path)
+    metrics = score(predictions, references, ScoreOptions(multimodal=True, multimodal_models=models),
+                    RecordFiles(predictions_media=tmp_path, references_media=tmp_path))
     speech, video, consistency = metrics["speech"], metrics["video"], metrics["consistency"]
 
     # WER: p1 "hello there" heard exactly (0); p2 "good morning friend" heard "good evening":
@@ -330,7 +331,7 @@ def test_style_agreement_needs_no_model_and_checks_lengths(tmp_path):
         {"id": "a", "text": "Hello.", "emotion": "sad", "video_style": [0.0, 0.0], "video_style_realised": [0.0, 0.0]},
         {"id": "b", "text": "Oh.", "emotion": "happy", "video_style": [3.0, 4.0], "video_style_realised": [6.0, 8.0]},
     ]
-    metrics = runner.score(predictions, references, multimodal=True, multimodal_models=NoModels())
+    metrics = score(predictions, references, ScoreOptions(multimodal=True, multimodal_models=NoModels()))
     # Two zero vectors agree (cos 1, mse 0); [3, 4] vs [6, 8] same direction: cos 1, mse (9 + 16) / 2.
     assert metrics["video"] == {"style_cosine_mean": 1.0, "style_mse_mean": 6.25, "style_count": 2}
     assert "speech" not in metrics and metrics["consistency"] == {}
@@ -370,7 +371,7 @@ def test_reference_clips_are_read_beside_the_references_file(tmp_path):
     gold.parent.mkdir()
     gold.write_bytes((tmp_path / "gen.mp4").read_bytes())  # the gold clip is the generated one: SSIM 1
     models = MultimodalModels(transcriber=None, expression=FakeExpression({0: "sad"}), identity=None)
-    metrics = runner.score_files(predictions, references, multimodal=True, multimodal_models=models)
+    metrics = score_files(predictions, references, ScoreOptions(multimodal=True, multimodal_models=models))
     assert (metrics["video"]["ssim_count"], metrics["video"]["ssim_mean"]) == (1, 1.0)
 
 
@@ -395,7 +396,7 @@ def test_response_styles_measure_each_batch_in_one_call(tmp_path):
              {"audio": "media/c.wav"}]  # spoken, not animated
     speech = SpyStyleGenerator({"a.wav": [0.5, 0.25], "b.wav": [3.0, 4.0], "c.wav": [1e-7, 123456789.0]})
     head = SpyStyleGenerator({"a.mp4": [1.0, 0.0, 0.5], "b.mp4": [1.0, 0.0, 0.0]})
-    styles = runner.response_styles((speech, head), tmp_path, responses, media)
+    styles = model_runs.response_styles((speech, head), tmp_path, responses, media)
     assert speech.calls == [[tmp_path / "media/a.wav", tmp_path / "media/b.wav", tmp_path / "media/c.wav"]]
     assert head.calls == [[tmp_path / "media/a.mp4", tmp_path / "media/b.mp4"]]
     # float32 0.1234567891 is 0.123456791..., kept to 6 significant digits.
@@ -404,10 +405,10 @@ def test_response_styles_measure_each_batch_in_one_call(tmp_path):
     assert styles[1]["video_style_realised"] == [1.0, 0.0, 0.0]
     assert styles[2] == {"speech_style": [1.0, 1.0], "speech_style_realised": [1e-7, 123457000.0]}
     weighing = {"sad": 0.75, "lonely": 0.25}
-    record = runner.prediction_record(
+    record = records.prediction_record(
         SimpleNamespace(id="x"), SimpleNamespace(text="Hi.", emotion=SimpleNamespace(label="sad", probabilities={}),
                                                  chain=SimpleNamespace(speaker_emotion=None),
                                                  chain_emotion=SimpleNamespace(probabilities=weighing)), media[2], styles[2])
     assert record["speech_style_realised"] == [1e-7, 123457000.0] and record["audio"] == "media/c.wav"
     assert record["chain_emotion_probabilities"] == weighing
-    assert runner.validate_record(json.loads(json.dumps(record)), runner.PREDICTION_FIELDS, None, "line 1") == record
+    assert records.validate_record(json.loads(json.dumps(record)), records.PREDICTION_FIELDS, None, "line 1") == record

@@ -208,14 +208,14 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     first example (a speaker whose long project was cancelled) with a parsed Chain of
     Empathy whose emotion is of the sad class, and an English reply without special or
     signal tokens. Greedy decoding, so the answer is reproducible."""
-    from empatheia import Dialogue
+    from empatheia.data import avamerg_dialogue
     from empatheia.data.emotions import fold_emotion
     from empatheia.modeling import shipped_weights
 
     assert shipped_weights("small") is not None
     examples = Path(__file__).resolve().parents[1] / "examples"
     conversation = json.loads((examples / "dialogues.json").read_text())[0]
-    response = small_model.respond(Dialogue.from_avamerg(conversation))
+    response = small_model.respond(avamerg_dialogue(conversation))
     assert response.chain.parsed, response.generated_text
     # The shipped weights read this event loosely ("I'm so disappointed. I'm not sure how to
     # manage my time.", docs/small_preset.md): an English sentence, not the project itself.

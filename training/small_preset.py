@@ -229,11 +229,10 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     whole then renamed. One file holds them all, adapter included (the layout of version 1,
     which :meth:`Empatheia.from_preset` reads): the package ships each preset's weights as
     a single ``.safetensors`` file of its data."""
-    import os
-
     import torch
     from safetensors.torch import save_file
 
+    from empatheia.io import atomic_path
     from empatheia.modeling import load_trained_state
 
     dtype = dtype or torch.float16
@@ -241,12 +240,9 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     # Running statistics stay in float32: a half-precision mean of about 50 would round
     # by more than the spread it standardises.
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(_STATISTICS) else v for k, v in state.items()}
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / "empatheia.safetensors"
-    partial = folder / ".empatheia.safetensors.tmp"
-    save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", ""), "version": "1"})
-    os.replace(partial, target)
+    target = Path(folder) / "empatheia.safetensors"
+    with atomic_path(target) as partial:
+        save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", ""), "version": "1"})
     return target
 
 

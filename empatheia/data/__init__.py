@@ -9,7 +9,7 @@ from .emotions import EMOTION_FOLD, UnknownEmotionError, fold_emotion
 from ..errors import DataError, SkippedSample, SkipReport
 from ..faces import FaceCropper, NoFaceError
 from .gold_features import FeatureSource, GoldFeatureExtractor, GoldFeatureStore, extract_gold_features
-from .readers import FORMATS, DialogueCorpus, read_dataset
+from .readers import FORMATS, DialogueCorpus, avamerg_dialogue, read_dataset
 
 __all__ = [
     "DataError",
@@ -28,6 +28,7 @@ __all__ = [
     "StageDataset",
     "StageExample",
     "UnknownEmotionError",
+    "avamerg_dialogue",
     "extract_gold_features",
     "fold_emotion",
     "gold_feature_sources",

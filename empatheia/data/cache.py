@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Optional, Protocol, Tuple, Union
 
@@ -24,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..io import atomic_path, file_digest
 from ..processing import merge_features
 
 if TYPE_CHECKING:
@@ -39,15 +39,6 @@ class MediaEncoders(Protocol):
     speech_encoder: nn.Module
     video_encoder: nn.Module
     device: torch.device
-
-
-def file_digest(path: Union[str, Path]) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def encoder_fingerprint(config: "EmpatheiaConfig", modality: str) -> str:
@@ -102,16 +93,8 @@ class MediaFeatureCache:
     def store(self, modality: str, key: str, features: torch.Tensor) -> None:
         """Write one item's ``(n, D)`` features (atomically: a killed run leaves no half
         file that a later run would read)."""
-        file = self._file(modality, key)
-        file.parent.mkdir(parents=True, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(dir=file.parent, suffix=".tmp")
-        os.close(handle)
-        try:
-            save_file({"features": features.detach().to("cpu").contiguous()}, tmp)
-            os.replace(tmp, file)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_path(self._file(modality, key)) as temporary:
+            save_file({"features": features.detach().to("cpu").contiguous()}, str(temporary))
 
     @torch.no_grad()
     def complete(self, batch: Dict[str, object], model: MediaEncoders) -> Dict[str, object]:

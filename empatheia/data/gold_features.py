@@ -58,6 +58,7 @@ from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tupl
 import torch
 
 from ..errors import DataError, SkippedSample, SkipReport
+from ..io import atomic_path, remove_temporary_files, write_text_atomic
 
 __all__ = [
     "FeatureSource",
@@ -76,9 +77,6 @@ FORMAT_NAME = "empatheia.gold_features"
 FORMAT_VERSION = 1
 INPUTS = ("text", "audio", "video", "speech")
 ON_ERROR = ("raise", "skip")
-# Temporary files start with this prefix, so that a restart can tell a killed run's
-# leftovers from anything else in the directory and remove them.
-TEMP_PREFIX = ".tmp-"
 SHARD_METADATA_KEY = "empatheia.gold_features"
 
 
@@ -180,7 +178,7 @@ def extract_gold_features(
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    _remove_temp_files(output_dir)
+    remove_temporary_files(output_dir)  # only a killed run leaves them
     manifest = _start_or_resume(output_dir, sources, extractors, shard_size)
 
     if on_error == "raise":
@@ -720,40 +718,6 @@ def _shard_fingerprint(handle) -> Optional[str]:
         return None
 
 
-def _remove_temp_files(directory: Path) -> None:
-    # Only a killed run leaves these; finished writes have been renamed away.
-    for path in directory.glob(TEMP_PREFIX + "*"):
-        if path.is_file():
-            path.unlink()
-
-
-def _fsync_path(path: Path) -> None:
-    # Without it a crash of the machine (not just the process) right after the rename
-    # could leave a renamed but empty file, which the manifest would then vouch for.
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # directories cannot be fsynced on every platform
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write) -> None:
-    temp = path.with_name(f"{TEMP_PREFIX}{path.name}.{os.getpid()}")
-    try:
-        write(temp)
-        _fsync_path(temp)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    _fsync_path(path.parent)
-
-
 def _write_shard(path: Path, tensors: Dict[str, torch.Tensor], fingerprint: str, index: int) -> None:
     from safetensors.torch import save_file
 
@@ -761,19 +725,17 @@ def _write_shard(path: Path, tensors: Dict[str, torch.Tensor], fingerprint: str,
     # would make the same shard differ byte for byte between runs.
     metadata = {SHARD_METADATA_KEY: json.dumps({"fingerprint": fingerprint, "shard": index}, sort_keys=True)}
 
-    def write(temp: Path) -> None:
+    with atomic_path(path) as temporary:
         # safetensors creates its files owner-only (0600); the shards should be as
         # readable as any other file written here (e.g. by other users of a shared
         # data directory), so they get the mode that the umask gives a new file.
-        with open(temp, "xb"):
+        with open(temporary, "xb"):
             pass
-        mode = temp.stat().st_mode & 0o777
-        save_file(tensors, str(temp), metadata=metadata)
-        os.chmod(temp, mode)
-
-    _atomic_write(path, write)
+        mode = temporary.stat().st_mode & 0o777
+        save_file(tensors, str(temporary), metadata=metadata)
+        os.chmod(temporary, mode)
 
 
 def _write_manifest(directory: Path, manifest: Dict) -> None:
     text = json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
-    _atomic_write(directory / MANIFEST_NAME, lambda temp: temp.write_text(text, encoding="utf-8"))
+    write_text_atomic(directory / MANIFEST_NAME, text)

@@ -11,7 +11,8 @@ Formats
 -------
 ``avamerg``
     The released AvaMERG ``train.json``/``test.json``: a list of conversations, one
-    example per turn; media ``dia{conversation_id}utt{index}_{avatar ID}.wav/.mp4``.
+    example per turn (:func:`avamerg_dialogue`); media
+    ``dia{conversation_id}utt{index}_{avatar ID}.wav/.mp4``.
 ``ed-conversations``
     EmpatheticDialogues-style JSONL, one conversation per line (``conv_id``,
     ``situation``, ``utterances``, ``roles``, ``emotion``): one example per listener
@@ -26,16 +27,16 @@ Formats
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..dialogue import Dialogue, Turn
+from ..errors import DataError, SkipReport
+from ..io import parse_json, parse_jsonl, read_text
 from ..labels import LabelSets
 from ..prompts import ROLE_NAMES, ChainOfEmpathy
 from .emotions import UnknownEmotionError
-from ..errors import DataError, SkipReport
 
 FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")
 CHAIN_FIELDS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")
@@ -90,8 +91,6 @@ def read_dataset(
     path = Path(path)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not path.is_file():
-        raise DataError("file not found", file=path)
     labels = labels or LabelSets()
     records = _load_records(path)
     if format == "auto":
@@ -141,27 +140,11 @@ def _load_records(path: Path) -> List[Tuple[str, Any]]:
     """``(record name, record)`` pairs: the items of a JSON list, or the lines of JSONL. A
     JSONL line that is not JSON comes as a :class:`DataError` record, so that it can be
     skipped alone; a JSON list that does not parse is an error for the whole file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DataError(f"not UTF-8 text: {error}", file=path) from None
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise DataError(f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}", file=path) from None
-        records = [(_conversation_name(item, i), item) for i, item in enumerate(data)]
+    text = read_text(path)
+    if text.lstrip().startswith("["):
+        records = [(_conversation_name(item, i), item) for i, item in enumerate(parse_json(text, path))]
     else:
-        records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append((f"line {number}", json.loads(line)))
-            except json.JSONDecodeError as error:
-                bad = DataError(f"invalid JSON at column {error.colno}: {error.msg}", file=path, record=f"line {number}")
-                records.append((f"line {number}", bad))
+        records = [(f"line {number}", record) for number, record in parse_jsonl(text, path, keep_bad_lines=True)]
     if not records:
         raise DataError("no records (the file is empty)", file=path)
     return records
@@ -222,7 +205,154 @@ def _check_labels(dialogue: Dialogue, emotion_field: str, profile_field: str, la
                 raise DataError(str(error), record=dialogue.id, field=f"{profile_field.format(role=role)}.{attribute}") from None
 
 
+def _chain(coe: Any, name: str, field_name: str, strict: bool) -> Optional[ChainOfEmpathy]:
+    """The Chain of Empathy object a record holds at ``field_name`` (``None`` when it has
+    none): string or null steps of :data:`CHAIN_FIELDS`; ``strict`` rejects other keys."""
+    if coe is None:
+        return None
+    if not isinstance(coe, dict):
+        raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field=field_name)
+    unknown = sorted(set(coe) - set(CHAIN_FIELDS))
+    if strict and unknown:
+        raise DataError(f"unknown keys {unknown} (known: {list(CHAIN_FIELDS)})", record=name, field=field_name)
+    for key in CHAIN_FIELDS:
+        value = coe.get(key)
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=f"{field_name}.{key}")
+    return ChainOfEmpathy(**{key: coe.get(key) for key in CHAIN_FIELDS})
+
+
 # ---------------------------------------------------------------------- AvaMERG
+def avamerg_dialogue(
+    conversation: Dict[str, Any],
+    turn: int = -1,
+    media_root: Optional[Union[str, Path]] = None,
+    require_media: bool = True,
+    response_media: bool = False,
+) -> Dialogue:
+    """Build the dialogue of one turn of a released AvaMERG conversation.
+
+    ``turn`` indexes ``conversation["turns"]`` (``-1``: the last). With ``media_root``
+    each utterance's ``dia{conversation_id}utt{index}_{avatar ID}.wav/.mp4`` is
+    attached; with ``response_media`` (training) so is the gold response's (the
+    utterance after the history, spoken by the listener). A missing file is a
+    :class:`~empatheia.data.DataError` naming it, or with ``require_media=False`` is
+    listed in ``missing_media``. Test-form conversations (no profiles) match any
+    avatar ID. Train-form turns also give the gold ``response`` and ``chain``.
+    Malformed input raises :class:`~empatheia.data.DataError` naming the record
+    (``conversation/turn``) and the field.
+    """
+    cid = conversation.get("conversation_id", "?") if isinstance(conversation, dict) else "?"
+    if not isinstance(cid, str):
+        raise DataError(f"should be a string, got {type(cid).__name__}", record=str(cid), field="conversation_id")
+    turns = _require(conversation, "turns", cid, "", list)
+    if not turns:
+        raise DataError("is empty", record=cid, field="turns")
+    try:
+        record = turns[turn]
+    except IndexError:
+        raise IndexError(f"conversation {cid}: turn {turn} out of range (it has {len(turns)} turns)") from None
+    position = turn % len(turns)
+    name = f"{cid}/{record.get('turn_id', position) if isinstance(record, dict) else position}"
+    at = f"turns[{position}]"
+    history = _require(record, "dialogue_history", name, at, list)
+    if not history:
+        raise DataError("is empty", record=name, field=f"{at}.dialogue_history")
+    profiles = {}
+    for role in ROLE_NAMES:
+        profile = conversation.get(f"{role}_profile")
+        if profile is not None and not isinstance(profile, dict):
+            raise DataError(f"should be an object, got {type(profile).__name__}", record=cid, field=f"{role}_profile")
+        profiles[role] = profile
+    root = Path(media_root) if media_root is not None else None
+    missing: List[str] = []
+    out_turns = []
+    last_index = -1
+    for i, utterance in enumerate(history):
+        where = f"{at}.dialogue_history[{i}]"
+        role = _require(utterance, "role", name, where, str)
+        if role not in ROLE_NAMES:
+            raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"{where}.role")
+        text = _require(utterance, "utterance", name, where, str)
+        index = _require(utterance, "index", name, where, (int, str))
+        try:
+            last_index = int(index)
+        except ValueError:
+            raise DataError(f"should be an integer, got {index!r}", record=name, field=f"{where}.index") from None
+        audio = video = None
+        if root is not None:
+            avatar = (profiles[role] or {}).get("ID")
+            found = _media_files(root, cid, index, avatar, require_media, missing, name, where)
+            audio, video = found
+        if not text.strip() and audio is None and video is None:
+            raise DataError("is empty and the utterance has no media", record=name, field=f"{where}.utterance")
+        out_turns.append(Turn(role=role, text=text, audio=audio, video=video, profile=profiles[role]))
+    response = record.get("response")
+    if response is not None and not isinstance(response, str):
+        raise DataError(f"should be a string, got {type(response).__name__}", record=name, field=f"{at}.response")
+    chain = _chain(record.get("chain_of_empathy"), name, f"{at}.chain_of_empathy", strict=False)
+    response_audio = response_video = None
+    if root is not None and response_media:
+        avatar = (profiles["listener"] or {}).get("ID")
+        response_audio, response_video = _media_files(
+            root, cid, last_index + 1, avatar, require_media, missing, name, f"{at}.response"
+        )
+    return Dialogue(
+        turns=out_turns,
+        id=name,
+        context=record.get("context"),
+        speaker_profile=profiles["speaker"],
+        listener_profile=profiles["listener"],
+        response=response,
+        chain=chain,
+        response_audio=response_audio,
+        response_video=response_video,
+        missing_media=missing,
+    )
+
+
+def _require(record: Any, key: str, name: str, where: str, kind):
+    if not isinstance(record, dict):
+        raise DataError(f"should be an object, got {type(record).__name__}", record=name, field=where)
+    if key not in record:
+        raise DataError("missing", record=name, field=f"{where}.{key}".lstrip("."))
+    value = record[key]
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise DataError(f"should be {names}, got {type(value).__name__}", record=name, field=f"{where}.{key}".lstrip("."))
+    return value
+
+
+def _media_files(root: Path, cid: str, index, avatar, required: bool, missing: List[str], name: str, where: str):
+    """The ``(audio, video)`` files of one utterance (``None`` where absent and allowed)."""
+    found = []
+    for suffix, kind in ((".wav", "audio"), (".mp4", "video")):
+        stem = f"dia{cid}utt{index}_"
+        if avatar is not None:
+            path = root / f"{stem}{avatar}{suffix}"
+            matches = [path] if path.is_file() else []
+        else:
+            path = root / f"{stem}*{suffix}"
+            matches = sorted(root.glob(path.name))
+            if len(matches) > 1:
+                raise DataError(
+                    f"several {kind} files match: {[p.name for p in matches]}", file=path, record=name, field=f"{where} ({kind})"
+                )
+        if matches:
+            found.append(matches[0])
+            continue
+        if required:
+            raise DataError(
+                f"{kind} file not found (pass require_media=False to go on without it)",
+                file=path,
+                record=name,
+                field=f"{where} ({kind})",
+            )
+        missing.append(str(path))
+        found.append(None)
+    return found
+
+
 def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[Union[Tuple[Dialogue, str], DataError]]:
     if not isinstance(conversation, dict):
         raise DataError(f"should be an object, got {type(conversation).__name__}", record=name)
@@ -238,7 +368,7 @@ def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[U
     examples: List[Union[Tuple[Dialogue, str], DataError]] = []
     for position in range(len(turns)):
         try:
-            dialogue = Dialogue.from_avamerg(
+            dialogue = avamerg_dialogue(
                 conversation,
                 turn=position,
                 media_root=ctx.media_root,
@@ -374,18 +504,7 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
             raise DataError("missing or empty", record=name, field="response.text")
         response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
         response_video = _avatar_media(response, "video", name, "response", ctx, missing)
-    chain = None
-    if record.get("chain") is not None:
-        coe = record["chain"]
-        if not isinstance(coe, dict):
-            raise DataError(f"should be an object, got {type(coe).__name__}", record=name, field="chain")
-        unknown = sorted(set(coe) - set(CHAIN_FIELDS))
-        if unknown:
-            raise DataError(f"unknown keys {unknown} (known: {list(CHAIN_FIELDS)})", record=name, field="chain")
-        for key, value in coe.items():
-            if value is not None and not isinstance(value, str):
-                raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=f"chain.{key}")
-        chain = ChainOfEmpathy(**{k: coe.get(k) for k in CHAIN_FIELDS})
+    chain = _chain(record.get("chain"), name, "chain", strict=True)
     emotion = record.get("emotion")
     if emotion is not None and not isinstance(emotion, str):
         raise DataError(f"should be a string, got {type(emotion).__name__}", record=name, field="emotion")

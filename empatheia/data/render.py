@@ -13,20 +13,19 @@ one face, as AvaMERG's avatars do.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
-import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..errors import DataError
+from ..io import atomic_path, read_jsonl, remove_temporary_files, write_json, write_jsonl
 from .dataset import stable_fraction
 from .emotions import fold_emotion
 
@@ -55,35 +54,25 @@ def split_ed_file(path: PathLike, out_dir: PathLike, eval_fraction: float = EVAL
     """Write ``train.jsonl`` and ``eval.jsonl`` (whole conversation lines of an
     EmpatheticDialogues conversations file) and ``split.json`` listing the held-out ids."""
     path, out_dir = Path(path), Path(out_dir)
-    records = list(_read_jsonl(path))
+    records = _read_conversations(path)
     train_ids, eval_ids = split_conversations([r["conv_id"] for _, r in records], eval_fraction)
     held = set(eval_ids)
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = {"train": out_dir / "train.jsonl", "eval": out_dir / "eval.jsonl"}
     for name, keep in (("train", lambda c: c not in held), ("eval", lambda c: c in held)):
-        lines = [json.dumps(r, ensure_ascii=False) for _, r in records if keep(r["conv_id"])]
-        files[name].write_text("".join(line + "\n" for line in lines))
-    (out_dir / "split.json").write_text(
-        json.dumps({"source": path.name, "eval_fraction": eval_fraction, "rule": "smallest sha256(conv_id)",
-                    "train": len(train_ids), "eval": len(eval_ids), "eval_ids": sorted(held)}, indent=1)
-    )
+        write_jsonl(files[name], [r for _, r in records if keep(r["conv_id"])])
+    write_json(out_dir / "split.json", {"source": path.name, "eval_fraction": eval_fraction, "rule": "smallest sha256(conv_id)",
+                                        "train": len(train_ids), "eval": len(eval_ids), "eval_ids": sorted(held)}, indent=1)
     return files
 
 
-def _read_jsonl(path: Path) -> Iterator[Tuple[int, dict]]:
-    if not path.is_file():
-        raise DataError("file not found", file=path)
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"not valid JSON ({error.msg})", file=path, record=f"line {number}") from None
-            if not isinstance(record, dict) or not isinstance(record.get("conv_id"), str):
-                raise DataError("expected an object with a string conv_id", file=path, record=f"line {number}", field="conv_id")
-            yield number, record
+def _read_conversations(path: Path) -> List[Tuple[int, dict]]:
+    """The ``(line number, conversation)`` pairs of an EmpatheticDialogues conversations
+    file, each an object with a string ``conv_id``."""
+    records = read_jsonl(path)
+    for number, record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("conv_id"), str):
+            raise DataError("expected an object with a string conv_id", file=path, record=f"line {number}", field="conv_id")
+    return records
 
 
 # ---------------------------------------------------------------------- styles
@@ -277,7 +266,7 @@ def _init_worker(settings: RenderSettings) -> None:
 def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     """Speak and animate every utterance of one ED conversation; return its examples as
     avatar JSONL records (media paths relative to the output folder)."""
-    from generators.base import ALIGNMENT_SUFFIX, alignment_path, alignment_runs
+    from generators.base import alignment_path, alignment_runs
 
     from ..media import write_mp4, write_wav
 
@@ -290,6 +279,7 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     profiles = {role: pooled_profile(conv_id, role) for role in ("speaker", "listener")}
     folder = Path(out_dir) / "clips" / _safe(conv_id)
     folder.mkdir(parents=True, exist_ok=True)
+    remove_temporary_files(folder)  # a killed run's; one worker renders a conversation at a time
     real_faces = stable_fraction(f"real-face:{conv_id}") < settings.real_face_share
     turns = []
     for index, (text, role) in enumerate(zip(utterances, roles)):
@@ -302,20 +292,17 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
             request = speech_style(shown, intensity, settings.speech_style_dim, profiles[role])
             wave = speech.synthesize(text, None, request, avatar)
             video = head.animate(wave, None, video_style(shown, intensity, settings.video_style_dim), avatar.portrait)
-            # Written under temporary names and renamed, so a run killed mid-write leaves
-            # no half file that a resumed run would take for a finished clip.
-            audio_tmp, video_tmp = folder / f".utt{index}.tmp.wav", folder / f".utt{index}.tmp.mp4"
-            write_wav(audio_tmp, wave.samples, wave.sample_rate)
-            write_mp4(video_tmp, video.frames, video.fps, wave.samples, wave.sample_rate)
             # The alignment (which phoneme sounds at each sample) gives the gold per-unit
             # C^v its timing; kept as run-length rows [unit, start, end).
-            align_tmp = folder / f".utt{index}.tmp{ALIGNMENT_SUFFIX}"
             if wave.alignment is None:
                 raise RuntimeError(f"{type(speech).__name__} gives no alignment: the gold per-unit video content needs it")
-            np.save(align_tmp, alignment_runs(wave.alignment))
-            os.replace(align_tmp, sidecar)
-            os.replace(audio_tmp, stem.with_suffix(".wav"))
-            os.replace(video_tmp, stem.with_suffix(".mp4"))
+            # All three are written under temporary names and renamed once all are whole,
+            # so a run killed mid-write leaves no file a resumed run would take as finished.
+            with atomic_path(sidecar) as align_tmp, atomic_path(stem.with_suffix(".wav")) as audio_tmp, \
+                    atomic_path(stem.with_suffix(".mp4")) as video_tmp:
+                np.save(align_tmp, alignment_runs(wave.alignment))
+                write_wav(audio_tmp, wave.samples, wave.sample_rate)
+                write_mp4(video_tmp, video.frames, video.fps, wave.samples, wave.sample_rate)
         relative = stem.relative_to(out_dir)
         turn = {"role": role, "text": text, "audio": f"{relative}.wav", "video": f"{relative}.mp4"}
         clip = pick_face_clip(settings.face_clips, emotion, f"{conv_id}/{index}") if role == "speaker" and real_faces else None
@@ -323,8 +310,8 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
             # The recorded face replaces the drawn one; the voice stays the rendered one.
             face = folder / f"utt{index}_face{clip.path.suffix}"
             if not face.is_file():
-                shutil.copyfile(clip.path, folder / f".utt{index}_face.tmp")
-                os.replace(folder / f".utt{index}_face.tmp", face)
+                with atomic_path(face) as temporary:
+                    shutil.copyfile(clip.path, temporary)
             turn["video"] = str(face.relative_to(out_dir))
             turn["face_clip"] = clip.path.name
         turns.append(turn)
@@ -368,7 +355,7 @@ def render_ed_conversations(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     settings = settings or RenderSettings()
-    records = [r for _, r in _read_jsonl(Path(path))][:limit]
+    records = [r for _, r in _read_conversations(Path(path))][:limit]
     tasks = [(r, str(out_dir)) for r in records]
     lines: List[dict] = []
     bar = tqdm(total=len(tasks), desc="rendering conversations", unit="conv", disable=not progress)
@@ -383,8 +370,4 @@ def render_ed_conversations(
                 lines += examples
                 bar.update(1)
     bar.close()
-    target = out_dir / "train.jsonl"
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
-    os.replace(tmp, target)
-    return target
+    return write_jsonl(out_dir / "train.jsonl", lines)

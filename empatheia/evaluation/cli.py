@@ -39,21 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
-from ..cli import load_model, progress
-
-
-def _labels(path: Optional[Path]):
-    """Label sets from a YAML file, or ``None`` (the default ones)."""
-    from ..labels import LabelSets
-
-    if path is None:
-        return None
-    try:
-        return LabelSets.from_yaml(path)
-    except ValueError as error:
-        raise SystemExit(f"error: {error}")
+from ..loading import load_labels, load_model, progress
 
 
 def _check_mode(args: argparse.Namespace) -> str:
@@ -89,34 +77,35 @@ def _check_mode(args: argparse.Namespace) -> str:
 def run_eval(args: argparse.Namespace) -> int:
     """``empatheia eval``: score files, or run a model over a dataset and score it."""
     from ..errors import DataError
+    from .model_runs import RunMismatchError, RunOptions, evaluate_dataset
     from .report import REPORT_HTML, REPORT_MD, write_report
-    from .runner import METRICS_NAME, RunMismatchError, evaluate_dataset, score_files, write_metrics
+    from .scoring import METRICS_NAME, ScoreOptions, score_files, write_metrics
 
     mode = _check_mode(args)
-    labels = _labels(args.labels)
+    scoring = ScoreOptions(
+        allow_missing=args.allow_missing, labels=load_labels(args.labels), similarity=args.similarity,
+        polarity=args.polarity, multimodal=args.multimodal, progress=not args.no_progress,
+    )
     try:
         if mode == "files":
-            metrics = score_files(
-                args.predictions, args.references, allow_missing=args.allow_missing, labels=labels,
-                similarity=args.similarity, polarity=args.polarity, multimodal=args.multimodal,
-                progress=not args.no_progress,
-            )
+            metrics = score_files(args.predictions, args.references, scoring)
             write_metrics(metrics, args.out)
         else:
             model = load_model(args)
-            run_info = {
-                "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
-                "data": str(Path(args.data).resolve()),
-                "format": args.format,
-                "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
-                "labels": str(Path(args.labels).resolve()) if args.labels else None,
-                "dtype": args.dtype,
-            }  # run_model adds max_new_tokens, speak and animate
+            run = RunOptions(
+                batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens, speak=args.speak,
+                animate=args.animate, progress=not args.no_progress,
+                info={
+                    "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
+                    "data": str(Path(args.data).resolve()),
+                    "format": args.format,
+                    "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
+                    "labels": str(Path(args.labels).resolve()) if args.labels else None,
+                    "dtype": args.dtype,
+                },
+            )
             metrics, summary = evaluate_dataset(
-                model, args.data, args.out, format=args.format, media_root=args.media_root, labels=labels,
-                limit=args.limit, batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens,
-                run_info=run_info, progress=not args.no_progress, similarity=args.similarity, polarity=args.polarity,
-                speak=args.speak, animate=args.animate, multimodal=args.multimodal,
+                model, args.data, args.out, run, scoring, format=args.format, media_root=args.media_root, limit=args.limit,
             )
             progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
         written = write_report(metrics, args.out)
@@ -166,7 +155,7 @@ def run_human_export(args: argparse.Namespace) -> int:
 
     systems = _predictions_specs(args.predictions or [])
     try:
-        corpus = read_dataset(args.data, format=args.format, media_root=args.media_root, labels=_labels(args.labels))
+        corpus = read_dataset(args.data, format=args.format, media_root=args.media_root, labels=load_labels(args.labels))
         result = export_kit(
             corpus.dialogues, systems, args.out, n=args.n, annotators=args.annotators, seed=args.seed,
             criteria=args.criteria, include_gold=args.include_gold, overwrite=args.overwrite,

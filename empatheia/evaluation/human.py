@@ -45,12 +45,14 @@ import math
 import random
 import re
 import statistics
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .runner import read_predictions, write_json, write_text_atomic
+from ..io import write_json, write_text_atomic
+from .records import read_predictions
 
 if TYPE_CHECKING:
     from ..dialogue import Dialogue
@@ -119,6 +121,7 @@ class SheetError(ValueError):
 
 
 # ====================================================================== agreement
+# Our own: of the well-kept libraries only statsmodels has Fleiss' kappa, and it would bring pandas and patsy for it.
 def fleiss_kappa(table: Sequence[Sequence[int]]) -> Optional[float]:
     """Fleiss' kappa of a subjects-by-categories count table.
 
@@ -169,7 +172,8 @@ def rating_table(ratings: Sequence[Sequence[int]], categories: Sequence[int] = S
 
 
 def cohen_kappa(first: Sequence[Any], second: Sequence[Any], categories: Optional[Sequence[Any]] = None) -> Optional[float]:
-    """Cohen's kappa of two raters who rated the same subjects.
+    """Cohen's kappa of two raters who rated the same subjects (scikit-learn's
+    ``cohen_kappa_score``).
 
     With ``N`` subjects, ``n_1k``/``n_2k`` the times rater 1/2 chose category ``k``::
 
@@ -187,13 +191,12 @@ def cohen_kappa(first: Sequence[Any], second: Sequence[Any], categories: Optiona
         stray = sorted({str(v) for v in list(first) + list(second) if v not in set(categories)})
         if stray:
             raise ValueError(f"ratings {stray} are not among the categories {list(categories)}")
-    total = len(first)
-    observed = sum(a == b for a, b in zip(first, second)) / total
-    counts_1, counts_2 = Counter(first), Counter(second)
-    chance = sum(counts_1[k] * counts_2[k] for k in counts_1) / (total * total)
-    if math.isclose(chance, 1.0):
-        return None
-    return (observed - chance) / (1 - chance)
+    from sklearn.metrics import cohen_kappa_score
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one-category case warns; it is undefined here (None)
+        kappa = cohen_kappa_score(list(first), list(second), labels=None if categories is None else list(categories))
+    return None if math.isnan(kappa) else float(kappa)
 
 
 def majority_rating(ratings: Sequence[int]) -> int:

@@ -1,6 +1,6 @@
 """The evaluation report: ``report.md`` and ``report.html`` with SVG plots.
 
-:func:`write_report` turns the metrics of :func:`~empatheia.evaluation.runner.score` into
+:func:`write_report` turns the metrics of :func:`~empatheia.evaluation.scoring.score` into
 
 * ``confusion_matrix.svg``: gold emotion (rows) by predicted emotion (columns), each cell
   the count, shaded by its share of the row (the recall of the gold class);
@@ -24,7 +24,7 @@ import html
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .runner import write_text_atomic
+from ..io import write_text_atomic
 
 PathLike = Union[str, Path]
 
@@ -287,7 +287,7 @@ def _scalars(metrics: Mapping[str, Any]) -> List[Tuple[str, Any]]:
     have tables of their own."""
     rows = []
     for key, value in metrics.items():
-        if key in ("emotion", "by_group", "missing", "implementations", "sources", "run") + _MULTIMODAL:
+        if key in ("emotion", "by_group", "missing", "sources", "run") + _MULTIMODAL:
             continue
         if _is_number(value) or value is None:
             rows.append((key, value))
@@ -353,9 +353,6 @@ def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tupl
     if run:
         notes.append(f"Model run: {run.get('model', '?')} on {run.get('data', '?')}; {run.get('selected', '?')} example(s), "
                      f"{run.get('resumed', 0)} predicted by an earlier run.")
-    implementations = metrics.get("implementations") or {}
-    if implementations:
-        notes.append("Computed by: " + ", ".join(f"{k}: {v}" for k, v in implementations.items()) + ".")
     media = metrics.get("media") or {}
     if media:
         notes.append(f"{media.get('audio', 0)} response(s) have audio and {media.get('video', 0)} video; "

@@ -12,8 +12,8 @@ objective measures an automatic run can give instead:
   on the produced audio with the generator's own ``style_features`` (cosine similarity
   and mean squared error, :func:`style_agreement`).
 
-Error rates (:func:`word_error_rate`, :func:`character_error_rate`) use the Levenshtein
-alignment of :func:`edit_operations` on text normalised by :func:`normalize_text`.
+Error rates (:func:`word_error_rate`, :func:`character_error_rate`) count the edits of
+jiwer's minimal (Levenshtein) alignment on text normalised by :func:`normalize_text`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ def _spell_numbers(text: str) -> str:
 
 @dataclass(frozen=True)
 class EditCounts:
-    """A minimal Levenshtein alignment of a hypothesis to a reference."""
+    """A minimal Levenshtein alignment of a hypothesis to a reference (jiwer's; where
+    several alignments are minimal, which one splits the edits into S, D and I is
+    jiwer's choice, their sum is the edit distance either way)."""
 
     substitutions: int
     deletions: int
@@ -129,52 +131,20 @@ class EditCounts:
         )
 
 
-def levenshtein_table(reference: Sequence, hypothesis: Sequence) -> np.ndarray:
-    """The ``(N + 1, M + 1)`` table ``D[i, j]``: edit distance of ``reference[:i]`` and
-    ``hypothesis[:j]``, unit costs.
+def _edit_counts(reference: str, hypothesis: str, characters: bool) -> EditCounts:
+    """jiwer's minimal alignment of two texts, over words split at white space or over
+    every character (spaces included)."""
+    import jiwer
 
-    ``D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [r_i != h_j])``, built row
-    by row. Within a row the insertion term chains left to right; it is resolved at once
-    as ``D[i, j] = j + min_{k <= j}(T[k] - k)`` (a cumulative minimum), where ``T`` holds
-    the deletion and substitution candidates, so each row is a few vector operations.
-    """
-    vocabulary = {}
-    ref = np.array([vocabulary.setdefault(token, len(vocabulary)) for token in reference], dtype=np.int64)
-    hyp = np.array([vocabulary.setdefault(token, len(vocabulary)) for token in hypothesis], dtype=np.int64)
-    n, m = ref.shape[0], hyp.shape[0]
-    table = np.zeros((n + 1, m + 1), dtype=np.int64)
-    table[0] = np.arange(m + 1)
-    columns = np.arange(m + 1)
-    for i in range(1, n + 1):
-        candidates = np.empty(m + 1, dtype=np.int64)
-        candidates[0] = i
-        candidates[1:] = np.minimum(table[i - 1, 1:] + 1, table[i - 1, :-1] + (hyp != ref[i - 1]))
-        table[i] = columns + np.minimum.accumulate(candidates - columns)
-    return table
-
-
-def edit_operations(reference: Sequence, hypothesis: Sequence) -> EditCounts:
-    """Substitutions, deletions and insertions of a minimal alignment of two token
-    sequences (words, characters, anything hashable).
-
-    The table is traced back from ``D[N, M]``; among alignments of equal cost, matches and
-    substitutions are preferred over deletions over insertions (the usual convention,
-    e.g. of sclite), which fixes how the errors split into S, D and I.
-    """
-    table = levenshtein_table(reference, hypothesis)
-    i, j = len(reference), len(hypothesis)
-    substitutions = deletions = insertions = 0
-    while i > 0 or j > 0:
-        if i > 0 and j > 0 and table[i, j] == table[i - 1, j - 1] + (reference[i - 1] != hypothesis[j - 1]):
-            substitutions += int(reference[i - 1] != hypothesis[j - 1])
-            i, j = i - 1, j - 1
-        elif i > 0 and table[i, j] == table[i - 1, j] + 1:
-            deletions += 1
-            i -= 1
-        else:
-            insertions += 1
-            j -= 1
-    return EditCounts(substitutions, deletions, insertions, len(reference), len(hypothesis))
+    if characters:
+        # jiwer's default character transform strips the ends; these counts keep them.
+        chars = jiwer.ReduceToListOfListOfChars()
+        out = jiwer.process_characters(reference, hypothesis, reference_transform=chars, hypothesis_transform=chars)
+        return EditCounts(out.substitutions, out.deletions, out.insertions, len(reference), len(hypothesis))
+    # jiwer splits at single spaces; white space of any kind and length separates words here.
+    ref_words, hyp_words = reference.split(), hypothesis.split()
+    out = jiwer.process_words(" ".join(ref_words), " ".join(hyp_words))
+    return EditCounts(out.substitutions, out.deletions, out.insertions, len(ref_words), len(hyp_words))
 
 
 def word_errors(reference: str, hypothesis: str, normalize: bool = True) -> EditCounts:
@@ -183,7 +153,7 @@ def word_errors(reference: str, hypothesis: str, normalize: bool = True) -> Edit
     ``normalize`` is False (then split on white space only)."""
     if normalize:
         reference, hypothesis = normalize_text(reference), normalize_text(hypothesis)
-    return edit_operations(reference.split(), hypothesis.split())
+    return _edit_counts(reference, hypothesis, characters=False)
 
 
 def character_errors(reference: str, hypothesis: str, normalize: bool = True) -> EditCounts:
@@ -191,7 +161,7 @@ def character_errors(reference: str, hypothesis: str, normalize: bool = True) ->
     strings, single spaces between words counted as characters."""
     if normalize:
         reference, hypothesis = normalize_text(reference), normalize_text(hypothesis)
-    return edit_operations(list(reference), list(hypothesis))
+    return _edit_counts(reference, hypothesis, characters=True)
 
 
 def word_error_rate(reference: str, hypothesis: str, normalize: bool = True) -> float:

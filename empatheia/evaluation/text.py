@@ -10,7 +10,7 @@ is cached in a module global.
   (age, gender: Figure 6), on the 32 EmpatheticDialogues labels or the 7 AvaMERG classes.
 * :func:`distinct` -- Dist-1 / Dist-2 (eqs. 24-25) over the whole corpus of responses.
 * :func:`corpus_bleu` -- corpus BLEU-1..4 with brevity penalty and optional smoothing,
-  one or more references per example.
+  one or more references per example (n-gram statistics from sacreBLEU).
 * :class:`TokenMatchScorer` / :func:`token_match_score` -- a BERTScore-style greedy
   matching of contextual token embeddings, on the packaged all-MiniLM-L6-v2 encoder.
 * :func:`polarity_scores` -- the emotion / sentiment / empathy polarity metrics of
@@ -25,8 +25,8 @@ system produced nothing, which scores as badly as possible.
 
 Tokenisation. :func:`tokenize` lower-cases the text and splits it into words and single
 punctuation characters (see there). Dist-n and BLEU use it unless given another
-``tokenizer``; BLEU numbers are therefore not sacreBLEU's (which keeps case and uses its
-own ``13a`` tokeniser).
+``tokenizer``; BLEU counts n-grams of these tokens with sacreBLEU, so its numbers are not
+those of sacreBLEU's default settings (which keep case and use its ``13a`` tokeniser).
 """
 
 from __future__ import annotations
@@ -308,13 +308,7 @@ def distinct_n(responses: Sequence[str], n: int, tokenizer: Optional[Tokenizer] 
     ``0.0`` when no response has ``n`` tokens (e.g. only empty or one-word responses for
     n = 2). See :func:`distinct` for both scales.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if len(responses) == 0:
-        return None
-    tok = tokenizer or tokenize
-    grams = [g for r in responses for g in _ngrams(tok(r), n)]
-    return len(set(grams)) / len(grams) if grams else 0.0
+    return distinct(responses, (n,), tokenizer)[f"dist_{n}"]
 
 
 def distinct(
@@ -367,6 +361,27 @@ def _as_reference_list(refs: References) -> List[str]:
     return [r for r in refs if r is not None]
 
 
+def _joined(tokens: List[str]) -> str:
+    """Tokens as the space-separated line that sacreBLEU (``tokenize="none"``) splits back."""
+    for token in tokens:
+        if not token or token != "".join(token.split()):
+            raise ValueError(f"a BLEU token must be non-empty and hold no white space, got {token!r}")
+    return " ".join(tokens)
+
+
+def _bleu_statistics(examples: Sequence[Tuple[str, List[str]]], max_n: int) -> Tuple[List[int], List[int], int, int]:
+    """sacreBLEU's corpus statistics of ``(hypothesis, references)`` lines of tokens:
+    clipped n-gram matches and n-gram totals per order 1..``max_n``, the hypothesis
+    length and the summed length of each example's closest reference (ties: the shorter)."""
+    from sacrebleu.metrics import BLEU
+
+    width = max(len(refs) for _, refs in examples)
+    # One stream per reference position; None pads the examples that have fewer references.
+    streams = [[refs[k] if k < len(refs) else None for _, refs in examples] for k in range(width)]
+    stats = BLEU(tokenize="none", max_ngram_order=max_n).corpus_score([hypothesis for hypothesis, _ in examples], streams)
+    return list(stats.counts), list(stats.totals), stats.sys_len, stats.ref_len
+
+
 def corpus_bleu(
     hypotheses: Sequence[str],
     references: Sequence[References],
@@ -375,10 +390,12 @@ def corpus_bleu(
     epsilon: float = 0.1,
     tokenizer: Optional[Tokenizer] = None,
 ) -> Dict[str, object]:
-    """Corpus BLEU-1 .. BLEU-``max_n`` (Papineni et al., 2002), own implementation.
+    """Corpus BLEU-1 .. BLEU-``max_n`` (Papineni et al., 2002) on sacreBLEU's n-gram
+    statistics of our tokens.
 
     ``references[i]`` is one reference string or a list of them for ``hypotheses[i]``.
-    After :func:`tokenize`, over all examples together:
+    After :func:`tokenize` (or ``tokenizer``, whose tokens must be non-empty and hold no
+    white space), over all examples together (sacreBLEU with ``tokenize="none"`` counts):
 
     * clipped matches ``m_n = Σ_i Σ_g min(count_hyp_i(g), max_r count_ref_{i,r}(g))`` and
       totals ``t_n = Σ_i Σ_g count_hyp_i(g)`` over n-grams ``g`` of order ``n``;
@@ -415,29 +432,10 @@ def corpus_bleu(
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} reference entries")
     tok = tokenizer or tokenize
-
-    matches = [0] * max_n
-    totals = [0] * max_n
-    hyp_length = ref_length = used = without = 0
-    for hypothesis, refs in zip(hypotheses, references):
-        ref_list = _as_reference_list(refs)
-        if not ref_list:
-            without += 1
-            continue
-        used += 1
-        hyp = tok(hypothesis)
-        ref_tokens = [tok(r) for r in ref_list]
-        hyp_length += len(hyp)
-        ref_length += min((abs(len(r) - len(hyp)), len(r)) for r in ref_tokens)[1]
-        for n in range(1, max_n + 1):
-            hyp_counts = Counter(_ngrams(hyp, n))
-            if not hyp_counts:
-                continue
-            max_ref: Counter = Counter()
-            for r in ref_tokens:
-                max_ref |= Counter(_ngrams(r, n))  # elementwise max over references
-            matches[n - 1] += sum(min(c, max_ref[g]) for g, c in hyp_counts.items())
-            totals[n - 1] += sum(hyp_counts.values())
+    examples = [(hypothesis, _as_reference_list(refs)) for hypothesis, refs in zip(hypotheses, references)]
+    scored = [(_joined(tok(hypothesis)), [_joined(tok(r)) for r in refs]) for hypothesis, refs in examples if refs]
+    used, without = len(scored), len(examples) - len(scored)
+    matches, totals, hyp_length, ref_length = _bleu_statistics(scored, max_n) if scored else ([0] * max_n, [0] * max_n, 0, 0)
 
     result: Dict[str, object] = {
         "precisions": [m / t if t else None for m, t in zip(matches, totals)],
@@ -462,6 +460,8 @@ def corpus_bleu(
         bp = math.exp(1.0 - ref_length / hyp_length)
     result["brevity_penalty"] = bp
 
+    # BLEU-N from the statistics here, not sacreBLEU's compute_bleu: it works in percent
+    # (identical texts give 1.0000000000000004) and zeroes smoothed scores without any match.
     log_p: List[Optional[float]] = []
     zero_orders = 0
     for m, t in zip(matches, totals):

@@ -4,7 +4,7 @@ The paper scores its avatars with CPBD, SSIM and the SyncNet confidence (§6, Ap
 E.3.3). Here:
 
 * :func:`ssim` / :func:`video_ssim` -- structural similarity against reference frames
-  (Wang et al. 2004), Gaussian window, on luma;
+  (Wang et al. 2004, by scikit-image), Gaussian window, on luma;
 * :func:`cpbd` / :func:`video_cpbd` -- the no-reference sharpness of Narvekar & Karam
   (2011), the cumulative probability of blur detection;
 * :func:`lip_sync` -- agreement of mouth motion with the speech envelope over candidate
@@ -104,27 +104,21 @@ def _luma(images) -> np.ndarray:
 
 
 # --------------------------------------------------------------------- SSIM
-def _gaussian_window(size: int, sigma: float) -> torch.Tensor:
-    x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
-    w = torch.exp(-(x**2) / (2 * sigma**2))
-    return w / w.sum()
-
-
 def ssim(
     x,
     y,
     data_range: float = 255.0,
-    window_size: int = 11,
     sigma: float = 1.5,
     k1: float = 0.01,
     k2: float = 0.03,
 ) -> np.ndarray:
-    """Mean SSIM of each pair of images, ``(F,)`` (a single pair gives ``(1,)``).
+    """Mean SSIM of each pair of images, ``(F,)`` (a single pair gives ``(1,)``), by
+    scikit-image's ``structural_similarity`` with Wang et al.'s settings.
 
     Inputs are ``(H, W)`` / ``(F, H, W)`` grey or ``(H, W, 3)`` / ``(F, H, W, 3)`` RGB
     (converted to BT.601 luma), values in ``[0, data_range]``. With a Gaussian window
-    ``G`` (``window_size`` 11, ``sigma`` 1.5) applied without padding ("valid", so only
-    windows wholly inside the image count)::
+    ``G`` of standard deviation ``sigma`` (1.5) spanning ``2 round(3.5 sigma) + 1`` pixels
+    (11), counting only windows wholly inside the image::
 
         mu_x = G * x,  sigma_x^2 = G * x^2 - mu_x^2,  sigma_xy = G * (x y) - mu_x mu_y
         SSIM = (2 mu_x mu_y + C1)(2 sigma_xy + C2) / ((mu_x^2 + mu_y^2 + C1)(sigma_x^2 + sigma_y^2 + C2))
@@ -133,28 +127,23 @@ def ssim(
     averaged over the map (Wang et al. 2004, without their optional downsampling of
     images larger than 256 pixels). Identical images give 1.
     """
-    a, b = torch.from_numpy(_luma(x)), torch.from_numpy(_luma(y))
+    from skimage.metrics import structural_similarity
+
+    a, b = _luma(x), _luma(y)
     if a.shape != b.shape:
-        raise ValueError(f"images must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dim() == 2:
+        raise ValueError(f"images must have the same shape, got {a.shape} and {b.shape}")
+    if a.ndim == 2:
         a, b = a[None], b[None]
-    if a.dim() != 3:
-        raise ValueError(f"expected (H, W) or (F, H, W) images (or RGB), got shape {tuple(a.shape)}")
-    if min(a.shape[-2:]) < window_size:
-        raise ValueError(f"images of {tuple(a.shape[-2:])} are smaller than the {window_size}-pixel window")
-    g = _gaussian_window(window_size, sigma)
-
-    def blur(image: torch.Tensor) -> torch.Tensor:  # (F, H, W) -> (F, H - s + 1, W - s + 1)
-        out = F.conv2d(image[:, None], g.view(1, 1, -1, 1))
-        return F.conv2d(out, g.view(1, 1, 1, -1))[:, 0]
-
-    c1, c2 = (k1 * data_range) ** 2, (k2 * data_range) ** 2
-    mu_a, mu_b = blur(a), blur(b)
-    var_a = blur(a * a) - mu_a**2
-    var_b = blur(b * b) - mu_b**2
-    cov = blur(a * b) - mu_a * mu_b
-    value = ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a**2 + mu_b**2 + c1) * (var_a + var_b + c2))
-    return value.mean(dim=(-2, -1)).numpy()
+    if a.ndim != 3:
+        raise ValueError(f"expected (H, W) or (F, H, W) images (or RGB), got shape {a.shape}")
+    window = 2 * int(3.5 * sigma + 0.5) + 1  # scikit-image's window for sigma (its truncate 3.5)
+    if min(a.shape[-2:]) < window:
+        raise ValueError(f"images of {a.shape[-2:]} are smaller than the {window}-pixel window")
+    return np.array([
+        structural_similarity(p, q, data_range=data_range, gaussian_weights=True, sigma=sigma,
+                              use_sample_covariance=False, K1=k1, K2=k2)
+        for p, q in zip(a, b)
+    ])
 
 
 def match_frame_rate(frames: np.ndarray, fps: float, target_fps: float) -> np.ndarray:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
 import re
 import shutil
@@ -27,6 +26,7 @@ from typing import Dict, List, Optional, Union
 import numpy as np
 import torch
 
+from ..io import replace_path, write_text_atomic
 from .distributed import barrier
 
 CHECKPOINT_PATTERN = re.compile(r"^checkpoint-(\d+)$")
@@ -92,9 +92,7 @@ def atomic_directory(final: Path, is_main: bool):
     yield tmp
     barrier()
     if is_main:
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_path(tmp, final)
     barrier()
 
 
@@ -144,6 +142,4 @@ def truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(line + "\n" for line in kept))

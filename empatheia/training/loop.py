@@ -200,6 +200,7 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
 def _scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     warmup, total, kind = config.optim.warmup_steps, config.max_steps, config.optim.scheduler
 
+    # Not transformers' get_*_schedule_with_warmup: theirs warms up from 0 (step / warmup), ours from 1 / (warmup + 1).
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / (warmup + 1)

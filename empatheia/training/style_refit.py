@@ -135,6 +135,7 @@ def refit_style_disentangler(
     optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
     warmup = max(1, min(warmup_steps, steps - 1))
 
+    # Not transformers' get_cosine_schedule_with_warmup: theirs warms up from 0 (step / warmup), ours from 1 / warmup.
     def rate(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup

@@ -1,0 +1,233 @@
+"""Scoring predictions against references (``empatheia eval --predictions P --references R``).
+
+:func:`score` pairs the records of :mod:`empatheia.evaluation.records` by id and reports
+the text metrics of :mod:`empatheia.evaluation.text` (emotion accuracy and its
+breakdowns, Dist-1/2, BLEU; on request the BERTScore-style similarity and the polarity
+metrics). What it computes is set by :class:`ScoreOptions`; where the records came from
+(for error messages and relative media paths) by :class:`RecordFiles`.
+
+Speech and video
+----------------
+With ``multimodal`` (``empatheia eval --multimodal``), :func:`score` also scores the
+predictions' ``audio`` and ``video`` files: the ``speech``, ``video`` and
+``consistency`` blocks of :mod:`empatheia.evaluation.multimodal` (Whisper WER/CER,
+duration, loudness, speech style agreement; CPBD, lip sync, facial-emotion accuracy,
+identity consistency, video style agreement, SSIM against the references' ``video``
+clips; text-video emotion and text-speech content agreement; definitions there). It
+loads Whisper, the FER network and MobileNetV2, so it is off by default; without it, the
+number of predictions carrying media is still reported under ``media``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+
+from ..errors import DataError
+from ..io import write_json
+from ..labels import LabelSets
+from . import text
+from .records import (
+    GROUP_FIELDS,
+    PREDICTION_FIELDS,
+    REFERENCE_FIELDS,
+    align,
+    emotion_class,
+    group_value,
+    json_ready,
+    preview,
+    read_predictions,
+    read_references,
+    validate_records,
+)
+
+PathLike = Union[str, Path]
+
+METRICS_NAME = "metrics.json"
+
+
+@dataclass
+class ScoreOptions:
+    """What :func:`score` computes."""
+
+    allow_missing: bool = False
+    """Score the ids in both predictions and references and list the others under
+    ``missing`` (otherwise ids on one side only are a
+    :class:`~empatheia.evaluation.records.MissingIdsError`)."""
+    labels: Optional[LabelSets] = None
+    """The label sets that fold emotions and spell profile values (default: AvaMERG's)."""
+    similarity: bool = False
+    """Also the BERTScore-style similarity to the gold responses (loads a small encoder)."""
+    polarity: bool = False
+    """Also the emotion/sentiment/empathy polarity (references need ``history``)."""
+    multimodal: bool = False
+    """Also score the predictions' ``audio`` / ``video`` files (see the module docstring)."""
+    multimodal_models: Optional[Any] = None
+    """The models of the multimodal metrics (default: the packaged ones)."""
+    progress: bool = False
+    """A progress bar over the media."""
+
+
+@dataclass
+class RecordFiles:
+    """Where the records came from: named in errors, and the folders their media paths
+    are relative to."""
+
+    predictions: Optional[PathLike] = None
+    references: Optional[PathLike] = None
+    predictions_media: Optional[PathLike] = None
+    """Folder of the predictions' relative ``audio`` / ``video`` (default: the predictions
+    file's folder, else the working directory)."""
+    references_media: Optional[PathLike] = None
+    """Folder of the references' relative ``video`` (default: the references file's folder,
+    else the working directory)."""
+
+
+def score(
+    predictions: Sequence[Mapping[str, Any]],
+    references: Sequence[Mapping[str, Any]],
+    options: Optional[ScoreOptions] = None,
+    files: Optional[RecordFiles] = None,
+) -> Dict[str, Any]:
+    """Score predictions against references (records as in
+    :mod:`empatheia.evaluation.records`; given directly, they are validated like file
+    lines, their position being the "line").
+
+    Returns a JSON-ready dict:
+
+    * ``count``: scored pairs; ``emotion_accuracy``, ``emotion_macro_f1``, ``dist_1``,
+      ``dist_2``: fractions;
+    * ``chain_emotion_accuracy``: when any prediction has a ``chain_emotion`` field (a
+      ``null`` or unknown one counts as wrong);
+    * ``bleu``: ``bleu_1`` .. ``bleu_4`` and ``brevity_penalty``; ``similarity``
+      (BERTScore-style mean ``precision``/``recall``/``f1``) and ``polarity`` (mean
+      ``emotion``/``sentiment``/``empathy``) when asked;
+    * ``emotion``: the emotion report: ``labels`` (class order), ``confusion`` (rows gold
+      ``confusion_rows``, columns predicted ``confusion_columns``), ``per_class``
+      (``accuracy`` = recall of the gold class, ``support``, ...), and ``by_group``:
+      accuracy (``accuracy``, ``correct``, ``n``) per ``age`` and ``gender`` value where
+      references give them, in the label sets' order;
+    * ``media``: when any scored prediction has ``audio``/``video``: how many have each,
+      and whether they were ``scored``;
+    * ``speech``, ``video``, ``consistency``: with ``multimodal``, the blocks of
+      :func:`empatheia.evaluation.multimodal.score_multimodal`;
+    * ``missing``: ``without_reference`` and ``without_prediction`` ids (with
+      ``allow_missing``).
+    """
+    options, files = options or ScoreOptions(), files or RecordFiles()
+    labels = options.labels or LabelSets()
+    alignment = align(
+        validate_records(predictions, PREDICTION_FIELDS, files.predictions),
+        validate_records(references, REFERENCE_FIELDS, files.references),
+        options.allow_missing, files.predictions, files.references,
+    )
+    pairs = alignment.pairs
+    hypotheses = [p["text"] for p, _ in pairs]
+    gold = [emotion_class(r.get("emotion_label") or r["emotion"], labels) for _, r in pairs]
+    predicted = [emotion_class(p["emotion"], labels) for p, _ in pairs]
+
+    report = _emotion_report(predicted, gold, [r for _, r in pairs], labels)
+    metrics: Dict[str, Any] = {
+        "count": len(pairs),
+        "emotion_accuracy": report["accuracy"],
+        "dist_1": text.distinct_n(hypotheses, 1),
+        "dist_2": text.distinct_n(hypotheses, 2),
+    }
+    if report.get("macro_f1") is not None:
+        metrics["emotion_macro_f1"] = report["macro_f1"]
+    if any("chain_emotion" in p for p, _ in pairs):
+        chain = [emotion_class(p["chain_emotion"], labels) if p.get("chain_emotion") else None for p, _ in pairs]
+        metrics["chain_emotion_accuracy"] = sum(c == g for c, g in zip(chain, gold)) / len(gold)
+    metrics.update(_text_similarity(pairs, options, files))
+    metrics.update(_media(pairs, gold, predicted, options, files))
+    metrics["emotion"] = report
+    metrics["missing"] = {"without_reference": alignment.without_reference, "without_prediction": alignment.without_prediction}
+    return metrics
+
+
+def _emotion_report(predicted, gold, references, labels: LabelSets) -> Dict[str, Any]:
+    """The emotion report over the label sets' classes and any other class that occurs,
+    grouped by the references' age and gender (in the label sets' order)."""
+    classes = list(labels.emotions) + sorted(set(gold + predicted) - set(labels.emotions))
+    groups = {}
+    for attribute in GROUP_FIELDS:
+        values = [group_value(r.get(attribute), attribute, labels) for r in references]
+        if any(v is not None for v in values):
+            groups[attribute] = values
+    report = json_ready(text.emotion_report(predicted, gold, labels=classes, groups=groups, view="exact"))
+    for attribute, table in report.get("by_group", {}).items():
+        order = [v for v in labels.profile.get(attribute, ()) if v in table]
+        report["by_group"][attribute] = {v: table[v] for v in order + [v for v in table if v not in order]}
+    return report
+
+
+def _text_similarity(pairs, options: ScoreOptions, files: RecordFiles) -> Dict[str, Any]:
+    """BLEU, and the similarity and polarity blocks when asked."""
+    hypotheses = [p["text"] for p, _ in pairs]
+    gold_texts = [r["response"] for _, r in pairs]
+    bleu = text.corpus_bleu(hypotheses, gold_texts)
+    out: Dict[str, Any] = {"bleu": {k: v for k, v in bleu.items() if k.startswith("bleu_") or k == "brevity_penalty"}}
+    if options.similarity:
+        out["similarity"] = json_ready(text.token_match_score(hypotheses, gold_texts)["mean"])
+    if options.polarity:
+        without = [r["id"] for _, r in pairs if not isinstance(r.get("history"), list)]
+        if without:
+            raise DataError(
+                f"the polarity metrics need each reference's dialogue 'history' (a list of utterances); "
+                f"{len(without)} lack it: {preview(without)}", file=files.references, field="history",
+            )
+        out["polarity"] = json_ready(text.polarity_scores([r["history"] for _, r in pairs], hypotheses)["mean"])
+    return out
+
+
+def _media(pairs, gold, predicted, options: ScoreOptions, files: RecordFiles) -> Dict[str, Any]:
+    """How many predictions carry media, and with ``multimodal`` the blocks scoring it."""
+    with_audio = sum(bool(p.get("audio")) for p, _ in pairs)
+    with_video = sum(bool(p.get("video")) for p, _ in pairs)
+    out: Dict[str, Any] = {}
+    if with_audio or with_video:
+        out["media"] = {"audio": with_audio, "video": with_video, "scored": bool(options.multimodal)}
+    if options.multimodal:
+        from .multimodal import score_multimodal
+
+        def folder(given, file):
+            return given if given is not None or file is None else Path(file).parent
+
+        blocks = score_multimodal(
+            [p for p, _ in pairs], gold, predicted, base_dir=folder(files.predictions_media, files.predictions),
+            predictions_file=files.predictions, models=options.multimodal_models, progress=options.progress,
+            references=[r for _, r in pairs], references_dir=folder(files.references_media, files.references),
+            references_file=files.references,
+        )
+        out.update(json_ready(blocks))
+    return out
+
+
+def score_files(
+    predictions_path: PathLike,
+    references_path: PathLike,
+    options: Optional[ScoreOptions] = None,
+    keep_ids: Optional[Iterable[str]] = None,
+) -> Dict[str, Any]:
+    """:func:`score` on two files, with their paths under ``sources``. ``keep_ids`` scores
+    only the predictions with those ids (a run's current selection); how many others the
+    file holds is under ``sources.predictions_outside_selection``. Media paths are relative
+    to each file's folder."""
+    predictions = read_predictions(predictions_path)
+    outside = 0
+    if keep_ids is not None:
+        keep = set(keep_ids)
+        outside = sum(p["id"] not in keep for p in predictions)
+        predictions = [p for p in predictions if p["id"] in keep]
+    references = read_references(references_path)
+    metrics = score(predictions, references, options, RecordFiles(predictions_path, references_path))
+    metrics["sources"] = {"predictions": str(predictions_path), "references": str(references_path)}
+    if keep_ids is not None:
+        metrics["sources"]["predictions_outside_selection"] = outside
+    return metrics
+
+
+def write_metrics(metrics: Mapping[str, Any], out_dir: PathLike) -> Path:
+    """``DIR/metrics.json`` (a NaN is written as ``null``, never as invalid JSON)."""
+    return write_json(Path(out_dir) / METRICS_NAME, json_ready(metrics))
