@@ -19,13 +19,13 @@ from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
 from .labels import LabelSets
 from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER, build_language_model, build_tokenizer, special_token_ids
+from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target
 from .projector import Projector
 from .prompts import PromptMode, parse_chain
 from .response import EmpatheticResponse, LabelPrediction
 
 CONFIG_NAME = "config.yaml"
-WEIGHTS_NAME = "empatheia.safetensors"
 TOKENIZER_DIR = "tokenizer"
 
 # Parameter groups each stage trains (§5): everything else is frozen. The projectors train
@@ -698,16 +698,6 @@ class Empatheia(nn.Module):
 
 
 # ---------------------------------------------------------------------- helpers
-SHIPPED_WEIGHTS = Path(__file__).resolve().parent / "weights"
-
-
-def shipped_weights(preset: str) -> Optional[Path]:
-    """``empatheia/weights/<preset>/empatheia.safetensors`` when the package ships trained
-    weights for that preset (what ``training/small_preset.py`` produces), else ``None``."""
-    path = SHIPPED_WEIGHTS / preset / WEIGHTS_NAME
-    return path if path.is_file() else None
-
-
 _STAGE_KEYS = {
     1: ("input_ids", "attention_mask", "labels"),
     2: ("input_ids", "attention_mask", "response_mask", "speech_content_target", "speech_content_mask",

@@ -30,10 +30,9 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from ..dialogue import Dialogue
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError
 from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, stage_mode
 from ..prompts import PromptMode
-from .emotions import UnknownEmotionError
 from ..errors import DataError, SkippedSample
 
 if TYPE_CHECKING:

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ..dialogue import Dialogue, Turn
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError
 from ..prompts import ROLE_NAMES, ChainOfEmpathy
-from .emotions import UnknownEmotionError
 from ..errors import DataError, SkipReport
 
 FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")

@@ -27,8 +27,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..errors import DataError
+from ..labels import fold_emotion
 from .dataset import stable_fraction
-from .emotions import fold_emotion
 
 PathLike = Union[str, Path]
 

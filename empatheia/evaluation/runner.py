@@ -95,9 +95,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..data.emotions import UnknownEmotionError, normalize_label
 from ..errors import DataError
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError, normalize_label
 
 if TYPE_CHECKING:
     from ..dialogue import Dialogue
