@@ -100,9 +100,9 @@ def add_set_argument(parser: Union[argparse.ArgumentParser, "argparse._ArgumentG
 
 
 def parse_sets(items: Iterable[str]) -> Dict[str, Any]:
-    """``["optim.learning_rate=1e-4", "data.eval=null"]`` -> ``{"optim.learning_rate":
-    1e-4, "data.eval": None}``: each value read as YAML. A later item for the same key
-    wins."""
+    """``["optim.learning_rate=3.0e-4", "data.eval=null"]`` -> ``{"optim.learning_rate":
+    0.0003, "data.eval": None}``: each value read as YAML (which reads ``1e-4``, without a
+    dot, as a string; a float field takes it). A later item for the same key wins."""
     overrides: Dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
