@@ -21,7 +21,11 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["empatheia", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "empatheia.evaluation", "generators", "generators.dreamtalk", "training"],
+    packages=["empatheia", "empatheia.configs", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "empatheia.evaluation", "generators", "generators.dreamtalk", "training"],
+    # The presets, configs/model/*.yaml, ship inside the package as empatheia.configs (read
+    # with importlib.resources); the folder stays at the top of the repository, beside the
+    # training configs.
+    package_dir={"empatheia.configs": "configs"},
     install_requires=[
         "torch>=2.4",
         "torchaudio>=2.4",
@@ -53,7 +57,7 @@ setup(
         # The quickstart notebook runs in a real kernel in the tests.
         "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, *METRICS, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     },
-    # Trained weights of the presets that ship them (empatheia/weights/<preset>/).
-    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"]},
+    # Trained weights of the presets that ship them (empatheia/weights/<preset>/), and the presets.
+    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.configs": ["model/*.yaml"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_model import PAPER_RANDOM  # noqa: E402
 from empatheia import Empatheia, EmpatheiaConfig  # noqa: E402
+from empatheia.config_loader import add_set_argument, parse_sets  # noqa: E402
 from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset  # noqa: E402
 from empatheia.media import load_audio  # noqa: E402
 from empatheia.training import build_stage_data, load_train_config, train  # noqa: E402
@@ -112,14 +113,13 @@ def main() -> None:
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--precision", choices=["auto", "bf16", "no"], default="auto", help="mixed_precision")
     parser.add_argument("--same-length", action="store_true", help="every example the same length (no padding)")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=JSON",
-                        help='a model config key, e.g. language_model.lora.target_modules=["q_proj","v_proj"]')
+    add_set_argument(parser, 'override a model config key, e.g. language_model.lora.target_modules=[q_proj,v_proj]')
     args = parser.parse_args()
 
     preset, overrides = ("paper", PAPER_RANDOM) if args.preset == "paper-random" else (args.preset, {})
     # The generated clips are flat colours with no face to crop.
     overrides = {**overrides, "video_encoder.face_crop": False}
-    overrides.update({k: json.loads(v) for k, v in (item.split("=", 1) for item in args.override)})
+    overrides.update(parse_sets(args.set))
     config = EmpatheiaConfig.from_preset(preset, overrides)
     dtype = torch.bfloat16 if torch.cuda.is_available() and preset == "paper" else None
     with tempfile.TemporaryDirectory() as tmp:

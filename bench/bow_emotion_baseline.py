@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from empatheia.data import read_dataset  # noqa: E402
-from empatheia.data.emotions import UnknownEmotionError, fold_emotion, normalize_label  # noqa: E402
+from empatheia.labels import UnknownEmotionError, fold_emotion, normalize_label  # noqa: E402
 from empatheia.data.render import split_ed_file  # noqa: E402
 from empatheia.evaluation.baselines import BagOfWordsEmotion, compare_paired_accuracy, dialogue_text  # noqa: E402
 

@@ -59,7 +59,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
 
     from empatheia import Dialogue, Empatheia, Turn
-    from empatheia.data.emotions import fold_emotion
+    from empatheia.labels import fold_emotion
     from empatheia.data.render import read_face_clips
 
     model = Empatheia.from_pretrained(args.checkpoint) if args.checkpoint else Empatheia.from_preset(args.preset)
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
 
 
 def _fold(fold, label):
-    from empatheia.data.emotions import UnknownEmotionError
+    from empatheia.labels import UnknownEmotionError
 
     try:
         return fold(label) if label else None

@@ -8,6 +8,10 @@
   (one process, or N under ``torchrun``/``deepspeed``).
 * ``empatheia eval ...``: score predictions or run a model over a dataset and score it.
 * ``empatheia human export|aggregate ...``: the human-evaluation kit.
+
+Every command that reads a config takes ``--set key=value ...`` (the model's keys for
+``respond``, ``eval``, ``data render`` and ``data extract-features --generators-of``; the
+stage config's for ``train``), parsed by :mod:`empatheia.config_loader`.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
-from .loading import load_labels, load_model, progress
+from .config_loader import ConfigError, add_set_argument, preset_names
+from .loading import load_labels, load_model, model_overrides, progress
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
@@ -125,7 +130,10 @@ def data_render(args: argparse.Namespace) -> int:
     from .data.render import RenderSettings, render_ed_conversations, training_face_clips
     from .errors import DataError
 
-    config = EmpatheiaConfig.from_preset(args.preset)
+    try:
+        config = EmpatheiaConfig.from_preset(args.preset, model_overrides(args))
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}")
     try:
         settings = RenderSettings(
             speech_style_dim=config.style_disentangler.speech_style_dim,
@@ -141,9 +149,9 @@ def data_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generator_extractors(source: str) -> list:
+def _generator_extractors(source: str, overrides: Dict[str, Any]) -> list:
     """The gold features of the generators a model config names (a preset or a saved
-    model directory), at that model's sizes."""
+    model directory, with ``overrides``), at that model's sizes."""
     from generators import build_generators, gold_feature_extractors
 
     from .config import EmpatheiaConfig
@@ -151,7 +159,10 @@ def _generator_extractors(source: str) -> list:
 
     path = Path(source)
     try:
-        config = EmpatheiaConfig.load_yaml(path / CONFIG_NAME) if path.is_dir() else EmpatheiaConfig.from_preset(source)
+        if path.is_dir():
+            config = EmpatheiaConfig.load_yaml(path / CONFIG_NAME).update(overrides)
+        else:
+            config = EmpatheiaConfig.from_preset(source, overrides)
         return gold_feature_extractors(*build_generators(config))
     except (ValueError, KeyError, FileNotFoundError) as error:
         raise SystemExit(f"error: --generators-of {source!r}: {error}")
@@ -164,7 +175,9 @@ def data_extract_features(args: argparse.Namespace) -> int:
 
     if bool(args.extractor) == bool(args.generators_of):
         raise SystemExit("error: give either --extractor MODULE:NAME or --generators-of PRESET_OR_MODEL_DIR")
-    extractors = _load_extractors(args.extractor) if args.extractor else _generator_extractors(args.generators_of)
+    if args.extractor and args.set:
+        raise SystemExit("error: --set gives model config keys, for --generators-of only")
+    extractors = _load_extractors(args.extractor) if args.extractor else _generator_extractors(args.generators_of, model_overrides(args))
     on_error = "skip" if args.skip_bad else "raise"
     try:
         corpus = read_dataset(args.file, format=args.format, media_root=args.media_root, labels=load_labels(args.labels), on_error=on_error)
@@ -199,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turn", type=int, default=-1, help="index into the conversation's turns (default: last)")
     p.add_argument("--media-root", type=Path, help="folder of dia{id}utt{index}_{avatar}.wav/.mp4 files")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", choices=["tiny", "small", "paper"], default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
+    source.add_argument("--preset", choices=preset_names(), default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
     source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
     p.add_argument("--max-new-tokens", type=int, default=None)
     p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
@@ -207,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speak", action="store_true", help="also write the spoken answer, response.wav")
     p.add_argument("--animate", action="store_true", help="also write the talking head, response.mp4 (speaks too)")
     p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
+    add_set_argument(p, "override a model config key by its dotted name, e.g. language_model.pretrained=/models/vicuna")
     p.add_argument("--out", type=Path, required=True, help="directory for response.json (and .wav, .mp4)")
     p.set_defaults(run=respond)
 
@@ -242,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PRESET_OR_MODEL_DIR",
         help="the four gold features of the generators this model uses (e.g. tiny, paper, runs/stage1_coe/final)",
     )
+    add_set_argument(p, "override a key of --generators-of's model config by its dotted name, e.g. generators.speech=piper")
     p.add_argument("--shard-size", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--skip-bad", action="store_true", help="skip and report bad samples instead of stopping")
@@ -262,11 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faces", type=Path, help="folder of recorded face clips (MEAD names) that half the "
                                               "conversations' speakers show instead of the drawn avatar")
     p.add_argument("--hold-out-actor", help="leave this actor's clips out (to evaluate on)")
+    add_set_argument(p, "override a key of --preset's model config by its dotted name")
     p.set_defaults(run=data_render)
 
     p = commands.add_parser("train", help="run a training stage or fine-tuning recipe from its YAML config")
     p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key (repeatable)")
+    add_set_argument(p, "override a stage config key by its dotted name, e.g. optim.learning_rate=1e-4")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
     p.set_defaults(run=train)
 

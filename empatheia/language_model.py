@@ -4,11 +4,7 @@ input placeholders and the ``<AUDi>``/``<VIDi>`` output signal tokens."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import logging
-import os
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +15,8 @@ from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dic
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from .config import CACHE_ENV, LanguageModelConfig, cache_dir, resolve_pretrained
-from .io import atomic_path, file_digest
-
-logger = logging.getLogger(__name__)
-
-CONVERSION_RECORD = "empatheia-conversion.json"
-# Bumped when the converted folder's layout changes, so old copies are not reused.
-CONVERSION_FORMAT = 1
+from .config import LanguageModelConfig
+from .pretrained import converted_gguf_model, resolve_pretrained
 
 AUDIO_PLACEHOLDER = "<Aud>"
 VIDEO_PLACEHOLDER = "<Vid>"
@@ -215,66 +205,6 @@ def check_adapter_config(model: PeftModel, directory: Union[str, Path]) -> None:
     if differ:
         details = "; ".join(f"{f}: {saved.get(f)!r} there, {built.get(f)!r} from config.yaml" for f in differ)
         raise ValueError(f"{path} does not match the model that config.yaml builds ({details})")
-
-
-# ---------------------------------------------------------------------- GGUF
-def converted_gguf_model(config: LanguageModelConfig) -> Path:
-    """The folder of ``config.gguf_file`` converted to a Hugging Face model and tokenizer.
-
-    transformers dequantises a GGUF file to float32 on every load (about 14 s for
-    SmolLM2-135M), so it is converted once and kept under
-    ``cache_dir()/language_models/<file stem>-<first 16 hex of its SHA-256>-v<format>``;
-    the hash makes a changed file a new entry. The copy is written to a temporary folder
-    beside it and renamed into place, so a crash never leaves a half-written entry and two
-    processes converting at once both end up with a complete one.
-    """
-    if not config.pretrained:
-        raise ValueError("language_model.gguf_file needs language_model.pretrained: the folder that holds it")
-    folder = Path(resolve_pretrained(config.pretrained))
-    source = folder / config.gguf_file
-    if not source.is_file():
-        raise FileNotFoundError(f"language_model.gguf_file: {source} does not exist")
-    digest = file_digest(source)
-    target = cache_dir() / "language_models" / f"{source.stem}-{digest[:16]}-v{CONVERSION_FORMAT}"
-    if (target / CONVERSION_RECORD).is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(target.parent, os.W_OK | os.X_OK):
-            raise PermissionError(f"{target.parent} is not writable")
-    except OSError as error:
-        raise OSError(
-            f"cannot write the converted {source.name} under {target.parent} ({error}); "
-            f"set ${CACHE_ENV} to a writable folder"
-        ) from error
-    # Another process converting at once may finish first; its copy is as good as ours.
-    with atomic_path(target, directory=True, keep_existing=True) as staging:
-        _convert_gguf(source, staging)
-        record = {"source": str(source), "sha256": digest, "format": CONVERSION_FORMAT}
-        (staging / CONVERSION_RECORD).write_text(json.dumps(record, indent=2))
-    if not (target / CONVERSION_RECORD).is_file():
-        raise OSError(f"{target} exists without {CONVERSION_RECORD} (not written by this conversion); remove it")
-    return target
-
-
-def _convert_gguf(source: Path, destination: Path) -> None:
-    """Dequantise a GGUF model and tokenizer to float32 and save them in ``destination``."""
-    started = time.perf_counter()
-    logger.info("converting %s to float32 (once; cached in %s)", source, destination.parent)
-    # transformers reads GGUF files through the gguf package; say so before it fails deeper.
-    if importlib.util.find_spec("gguf") is None:
-        raise ImportError(f"reading {source.name} needs the gguf package: pip install gguf")
-    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-    # The weights are plain float32 now, but transformers still marks the model as
-    # GGUF-quantised, which save_pretrained and peft refuse.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(str(destination))
-    tokenizer.save_pretrained(str(destination))
-    logger.info("converted %s in %.1f s", source.name, time.perf_counter() - started)
 
 
 # Text the builtin tokenizer learns its merges from: the prompt scaffolding and everyday

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+from .config_loader import ConfigError, parse_sets
 
 if TYPE_CHECKING:
     from .labels import LabelSets
@@ -17,21 +19,30 @@ def progress(message: str) -> None:
     print(f"[empatheia] {message}", file=sys.stderr, flush=True)
 
 
+def model_overrides(args: argparse.Namespace) -> Dict[str, Any]:
+    """The model config keys given with ``--set``; a malformed item is a clean error."""
+    try:
+        return parse_sets(args.set)
+    except ConfigError as error:
+        raise SystemExit(f"error: {error}")
+
+
 def load_model(args: argparse.Namespace) -> "Empatheia":
-    """The model of ``--checkpoint`` or ``--preset``, in ``--dtype`` on ``--device``; a
-    model that cannot be built is a clean error, not a traceback."""
+    """The model of ``--checkpoint`` or ``--preset`` with ``--set``'s keys, in ``--dtype``
+    on ``--device``; a model that cannot be built is a clean error, not a traceback."""
     import torch
 
     from .modeling import Empatheia
 
     dtype = getattr(torch, args.dtype) if args.dtype else None
+    overrides = model_overrides(args)
     try:
         if args.checkpoint is not None:
             progress(f"loading model from {args.checkpoint}")
-            model = Empatheia.from_pretrained(args.checkpoint, dtype=dtype)
+            model = Empatheia.from_pretrained(args.checkpoint, overrides, dtype=dtype)
         else:
             progress(f"building the {args.preset} preset")
-            model = Empatheia.from_preset(args.preset, dtype=dtype)
+            model = Empatheia.from_preset(args.preset, overrides, dtype=dtype)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"error: {error}")
     if args.device:

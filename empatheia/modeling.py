@@ -30,6 +30,7 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
+from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
 from .prompts import PromptMode, parse_chain
@@ -37,7 +38,6 @@ from .response import EmpatheticResponse, LabelPrediction
 from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
 
 CONFIG_NAME = "config.yaml"
-WEIGHTS_NAME = "empatheia.safetensors"
 TOKENIZER_DIR = "tokenizer"
 # Version 1 kept the language model's adapter in WEIGHTS_NAME too (the shipped `small`
 # weights still do); version 2 writes it as a PEFT adapter beside it.
@@ -736,14 +736,6 @@ def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------- helpers
-SHIPPED_WEIGHTS = Path(__file__).resolve().parent / "weights"
-
-
-def shipped_weights(preset: str) -> Optional[Path]:
-    """``empatheia/weights/<preset>/empatheia.safetensors`` when the package ships trained
-    weights for that preset (what ``training/small_preset.py`` produces), else ``None``."""
-    path = SHIPPED_WEIGHTS / preset / WEIGHTS_NAME
-    return path if path.is_file() else None
 
 
 def _embedding_norm(language_model) -> Optional[float]:

@@ -78,7 +78,7 @@ class EmpatheticResponse:
         """A sentence saying how the Style Disentangler's emotion, which styles the voice
         and the face, relates to the Chain of Empathy's, or ``None`` when the chain names
         no emotion of the fold."""
-        from .data.emotions import UnknownEmotionError, fold_emotion
+        from .labels import UnknownEmotionError, fold_emotion
 
         named = self.chain_emotion.label if self.chain_emotion is not None else self.chain.speaker_emotion
         try:

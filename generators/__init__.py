@@ -7,8 +7,11 @@
 * the offline ones of the ``small`` preset: :mod:`generators.piper_speech` and
   :mod:`generators.avatar_renderer`;
 * :mod:`generators.avatars`: the memory that keeps each avatar's voice and face;
-* :mod:`generators.features`: the feature sizes each generator reads.
+* :data:`DREAMTALK_FEATURES`, :data:`STYLETTS2_FEATURES`: the feature sizes each generator
+  reads (defined in :mod:`empatheia.feature_sizes`, which the model's config reads too).
 """
+
+from empatheia.feature_sizes import DREAMTALK_FEATURES, STYLETTS2_FEATURES, GeneratorFeatures
 
 from .avatars import AvatarRegistry, avatar_key
 from .base import (
@@ -21,7 +24,6 @@ from .base import (
     resample_rows,
 )
 from .factory import SPEECH, TALKING_HEADS, build_generators
-from .features import DREAMTALK_FEATURES, STYLETTS2_FEATURES, GeneratorFeatures
 
 __all__ = [
     "Avatar",

@@ -63,9 +63,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from empatheia.feature_sizes import GeneratorFeatures
+
 from . import prosody
 from .base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows, unit_means
-from .features import GeneratorFeatures
 
 EMOTIONS = ("sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted")
 EXPRESSION_PARAMS = (

@@ -19,7 +19,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .features import GeneratorFeatures
+from empatheia.feature_sizes import GeneratorFeatures
 
 PathLike = Union[str, Path]
 

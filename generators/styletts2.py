@@ -51,8 +51,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from empatheia.feature_sizes import STYLETTS2_FEATURES, GeneratorFeatures
+
 from .base import Avatar, PathLike, SpeechGenerator, Waveform
-from .features import STYLETTS2_FEATURES, GeneratorFeatures
 
 logger = logging.getLogger(__name__)
 

@@ -59,3 +59,20 @@ def test_module_entry_point_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "[empatheia] wrote" in result.stderr
     assert (tmp_path / "o" / "response.json").is_file()
+
+
+def test_set_overrides_the_model_config(tmp_path, model):
+    from empatheia.cli import build_parser, load_model
+
+    model.save_pretrained(tmp_path / "ckpt")
+    for source in (["--preset", "tiny"], ["--checkpoint", str(tmp_path / "ckpt")]):
+        args = build_parser().parse_args(["respond", str(EXAMPLE), *source, "--out", str(tmp_path / "o"),
+                                          "--set", "loss.alpha=0.5", "language_model.max_new_tokens=4", "--set", "loss.beta=1e-1"])
+        config = load_model(args).config
+        assert (config.loss.alpha, config.loss.beta, config.language_model.max_new_tokens) == (0.5, 0.1, 4)
+    with pytest.raises(SystemExit, match=r"error: --set 'loss.alpha': expected key=value"):
+        main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "o"), "--set", "loss.alpha"])
+    with pytest.raises(SystemExit, match=r"error: overrides: unknown config key 'loss.gama'"):
+        main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "o"), "--set", "loss.gama=1"])
+    with pytest.raises(SystemExit, match=r"error: --set only apply with --checkpoint/--preset"):
+        main(["eval", "--predictions", "p.jsonl", "--references", "r.jsonl", "--out", str(tmp_path / "e"), "--set", "loss.alpha=1"])

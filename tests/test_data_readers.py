@@ -18,8 +18,7 @@ import pytest
 import soundfile
 
 from empatheia.data import DataError, read_dataset
-from empatheia.data.emotions import ED_EMOTIONS, EMOTION_FOLD, UnknownEmotionError, fold_emotion, normalize_label
-from empatheia.labels import EMOTION_LABELS, LabelSets
+from empatheia.labels import ED_EMOTIONS, EMOTION_FOLD, EMOTION_LABELS, LabelSets, UnknownEmotionError, fold_emotion, normalize_label
 
 from .conftest import shared_data
 from .test_dialogue_and_media import TRAIN_CONVERSATION
@@ -213,7 +212,7 @@ def test_fold_differs_from_the_files_emotion7_only_where_documented(ed_rows):
         for row in ed_rows
         if fold_emotion(row["emotion"]) != row["emotion7"]
     }
-    # (label, public AvaMERG fold, this project's fold), see empatheia/data/emotions.py
+    # (label, public AvaMERG fold, this project's fold), see empatheia/labels.py
     assert disagreements == {("anxious", "sad", "fear"), ("devastated", "surprised", "sad")}
 
 

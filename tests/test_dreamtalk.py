@@ -14,7 +14,7 @@ from empatheia.media import load_audio
 from generators.base import Waveform
 from generators.dreamtalk import CheckpointError, DreamTalk, DreamTalkConfig, audio_windows
 from generators.dreamtalk.diffusion import VarianceSchedule
-from generators.features import DREAMTALK_FEATURES
+from empatheia.feature_sizes import DREAMTALK_FEATURES
 
 TINY = DreamTalkConfig.tiny()
 PORTRAIT = np.random.default_rng(0).integers(0, 256, size=(90, 120, 3), dtype=np.uint8)

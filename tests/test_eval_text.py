@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from empatheia.data.emotions import UnknownEmotionError
+from empatheia.labels import UnknownEmotionError
 from empatheia.evaluation.text import (
     UNKNOWN,
     LexiconEmotion,

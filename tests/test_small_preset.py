@@ -18,17 +18,11 @@ import pytest
 import torch
 
 from empatheia import Empatheia, EmpatheiaConfig
-from empatheia import language_model as lm_module
-from empatheia.config import (
-    CACHE_ENV,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    SpeechEncoderConfig,
-    VideoEncoderConfig,
-    resolve_pretrained,
-)
+from empatheia import pretrained
+from empatheia.config import IMAGENET_MEAN, IMAGENET_STD, SpeechEncoderConfig, VideoEncoderConfig
 from empatheia.encoders import SpeechEncoder, VideoEncoder
-from empatheia.language_model import CONVERSION_RECORD, audio_signal_tokens, video_signal_tokens
+from empatheia.language_model import audio_signal_tokens, video_signal_tokens
+from empatheia.pretrained import CACHE_ENV, CONVERSION_RECORD, resolve_pretrained
 from empatheia.media import load_audio
 from empatheia.processing import Target
 from empatheia.prompts import SYSTEM_PROMPT, PromptMode
@@ -63,14 +57,6 @@ def _cache_entries(root: Path):
 
 
 # ---------------------------------------------------------------------- config
-def test_small_preset_is_the_shipped_yaml(tmp_path):
-    root = Path(__file__).resolve().parents[1] / "configs" / "model"
-    config = EmpatheiaConfig.from_preset("small")
-    assert EmpatheiaConfig.load_yaml(root / "small.yaml") == config
-    config.save_yaml(tmp_path / "small.yaml")
-    assert EmpatheiaConfig.load_yaml(tmp_path / "small.yaml") == config
-
-
 def test_small_preset_sizes_match_its_generators():
     from generators.avatar_renderer import AvatarRenderer
     from generators.piper_speech import PiperSpeech
@@ -144,7 +130,7 @@ def test_second_build_reuses_the_cache(small_model, small_cache, monkeypatch):
     def no_conversion(*args, **kwargs):
         raise AssertionError("the GGUF file was converted again")
 
-    monkeypatch.setattr(lm_module, "_convert_gguf", no_conversion)
+    monkeypatch.setattr(pretrained, "_convert_gguf", no_conversion)
     again = Empatheia.from_preset("small")
     assert _cache_entries(small_cache) == [entry]  # no second entry, no staging folder left
     assert (entry / CONVERSION_RECORD).stat().st_mtime_ns == written
@@ -209,8 +195,8 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     Empathy whose emotion is of the sad class, and an English reply without special or
     signal tokens. Greedy decoding, so the answer is reproducible."""
     from empatheia.data import avamerg_dialogue
-    from empatheia.data.emotions import fold_emotion
-    from empatheia.modeling import shipped_weights
+    from empatheia.labels import fold_emotion
+    from empatheia.pretrained import shipped_weights
 
     assert shipped_weights("small") is not None
     examples = Path(__file__).resolve().parents[1] / "examples"

@@ -15,7 +15,7 @@ pytest.importorskip("gruut", reason="StyleTTS2 phonemes need gruut and gruut-lan
 soundfile = pytest.importorskip("soundfile")
 
 from generators.base import Avatar  # noqa: E402
-from generators.features import STYLETTS2_FEATURES  # noqa: E402
+from empatheia.feature_sizes import STYLETTS2_FEATURES  # noqa: E402
 from generators.styletts2 import (  # noqa: E402
     FRAME_SAMPLES,
     SYNTHESIS_MODULES,

@@ -283,6 +283,8 @@ def export_metrics(stage_dirs: Dict[str, Path], folder: Path) -> Path:
 
 
 def main(argv=None) -> None:
+    from empatheia.config_loader import add_set_argument
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True, help="EmpatheticDialogues conversations JSONL")
     parser.add_argument("--out", type=Path, default=Path("runs/small"))
@@ -304,9 +306,8 @@ def main(argv=None) -> None:
                         help="skip training stage 1: take the language core (LoRA and signal rows) of this "
                              "empatheia.safetensors, or of the package's shipped weights with 'shipped'; "
                              "stages 2-4 then train the projectors and heads from scratch")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a stage-config key for every stage, after this script's own "
-                             "(e.g. mixed_precision=no, or model.overrides={loss.chain_emotion_weight: 0})")
+    add_set_argument(parser, "override a stage-config key for every stage, after this script's own "
+                     "(e.g. mixed_precision=no, or model.overrides={loss.chain_emotion_weight: 0})")
     parser.add_argument("--in-process", action="store_true",
                         help="run the stages in this process (by default each runs in its own, so memory "
                              "one stage still holds is returned before the next)")
@@ -320,7 +321,7 @@ def main(argv=None) -> None:
     stages = {int(s) for s in args.stages.split(",")}
 
     from empatheia.config import EmpatheiaConfig
-    from empatheia.modeling import shipped_weights
+    from empatheia.pretrained import shipped_weights
     from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
     from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file, read_face_clips, training_face_clips
     from generators import build_generators, gold_feature_extractors

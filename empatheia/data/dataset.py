@@ -31,11 +31,10 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from ..dialogue import Dialogue
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError
 from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target
 from ..prompts import PromptMode
 from ..stages import CONTENT_FEATURES, STYLE_FEATURES, Stage, get_stage
-from .emotions import UnknownEmotionError
 from ..errors import DataError, SkippedSample
 
 if TYPE_CHECKING:

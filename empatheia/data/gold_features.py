@@ -2,7 +2,7 @@
 
 Training stages 2-4 regress Empatheia's outputs onto features of each example's gold
 response: speech content ``(L, 1024)`` per phoneme, speech style ``(256,)``, video content
-``(L, 2816)`` per video frame and video style ``(256,)`` (see ``generators/features.py``).
+``(L, 2816)`` per video frame and video style ``(256,)`` (see ``empatheia/feature_sizes.py``).
 Running the generators' encoders on every step would cost far more than training itself,
 so :func:`extract_gold_features` runs them once over the training set and
 :class:`GoldFeatureStore` reads the results back lazily.

@@ -34,9 +34,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from ..dialogue import Dialogue, Turn
 from ..errors import DataError, SkipReport
 from ..io import parse_json, parse_jsonl, read_text
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError
 from ..prompts import ROLE_NAMES, ChainOfEmpathy
-from .emotions import UnknownEmotionError
 
 FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")
 CHAIN_FIELDS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")

@@ -26,8 +26,8 @@ from tqdm.auto import tqdm
 
 from ..errors import DataError
 from ..io import atomic_path, read_jsonl, remove_temporary_files, write_json, write_jsonl
+from ..labels import fold_emotion
 from .dataset import stable_fraction
-from .emotions import fold_emotion
 
 PathLike = Union[str, Path]
 

@@ -8,7 +8,8 @@ from typing import Tuple
 import torch
 from transformers import HubertConfig, HubertModel
 
-from ..config import SPEECH_BACKENDS, SpeechEncoderConfig, resolve_pretrained
+from ..config import SPEECH_BACKENDS, SpeechEncoderConfig
+from ..pretrained import resolve_pretrained
 from .frozen import FrozenEncoder
 from .pooling import pool_to_tokens
 

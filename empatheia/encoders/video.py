@@ -9,7 +9,8 @@ from typing import Optional
 import open_clip
 import torch
 
-from ..config import IMAGENET_MEAN, IMAGENET_STD, VIDEO_BACKENDS, VideoEncoderConfig, resolve_pretrained
+from ..config import IMAGENET_MEAN, IMAGENET_STD, VIDEO_BACKENDS, VideoEncoderConfig
+from ..pretrained import resolve_pretrained
 from .frozen import FrozenEncoder
 from .pooling import pool_to_tokens
 

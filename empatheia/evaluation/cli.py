@@ -11,12 +11,13 @@ status; errors are ``SystemExit("error: ...")``):
 * ``empatheia eval --predictions P --references R --out DIR [--allow-missing]
   [--multimodal]``: score files; writes ``DIR/metrics.json``, ``DIR/report.md``,
   ``DIR/report.html`` and the SVG plots.
-* ``empatheia eval --checkpoint DIR | --preset NAME --data FILE [--format F]
-  [--media-root DIR] --out DIR [--batch-size N] [--limit N] [--max-new-tokens N]
-  [--speak | --animate] [--multimodal]``: answer the dataset (resumable: rerun the same
-  command to continue), then score as above; also writes ``DIR/predictions.jsonl``,
-  ``DIR/references.jsonl`` and ``DIR/run.json``. ``--speak`` / ``--animate`` write each
-  response's speech / speech and talking head to ``DIR/media/<id>.wav`` / ``.mp4``.
+* ``empatheia eval --checkpoint DIR | --preset NAME [--set KEY=VALUE ...] --data FILE
+  [--format F] [--media-root DIR] --out DIR [--batch-size N] [--limit N]
+  [--max-new-tokens N] [--speak | --animate] [--multimodal]``: answer the dataset
+  (resumable: rerun the same command to continue), then score as above; also writes
+  ``DIR/predictions.jsonl``, ``DIR/references.jsonl`` and ``DIR/run.json``. ``--speak`` /
+  ``--animate`` write each response's speech / speech and talking head to
+  ``DIR/media/<id>.wav`` / ``.mp4``.
 * ``--multimodal`` (either mode) also scores the predictions' ``audio`` / ``video``
   files (paths relative to the predictions file's folder, or absolute): the ``speech``
   (Whisper tiny.en WER/CER against the response text, duration, loudness, agreement of
@@ -41,7 +42,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List
 
-from ..loading import load_labels, load_model, progress
+from ..config_loader import add_set_argument
+from ..loading import load_labels, load_model, model_overrides, progress
 
 
 def _check_mode(args: argparse.Namespace) -> str:
@@ -55,7 +57,7 @@ def _check_mode(args: argparse.Namespace) -> str:
             raise SystemExit("error: scoring files needs both --predictions and --references")
         given = [f"--{name.replace('_', '-')}" for name in ("data", "limit", "max_new_tokens", "media_root", "device", "dtype")
                  if getattr(args, name) is not None]
-        given += [f"--{name}" for name in ("speak", "animate") if getattr(args, name)]
+        given += [f"--{name}" for name in ("speak", "animate", "set") if getattr(args, name)]
         if given:
             raise SystemExit(f"error: {', '.join(given)} only apply with --checkpoint/--preset")
         return "files"
@@ -102,6 +104,8 @@ def run_eval(args: argparse.Namespace) -> int:
                     "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
                     "labels": str(Path(args.labels).resolve()) if args.labels else None,
                     "dtype": args.dtype,
+                    # Only when given, so runs from before --set existed still resume.
+                    **({"overrides": model_overrides(args)} if args.set else {}),
                 },
             )
             metrics, summary = evaluate_dataset(
@@ -225,6 +229,7 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     source = model.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
     source.add_argument("--preset", help="build a preset instead (tiny: random weights, for trying things)")
+    add_set_argument(model, "override a key of the model's config by its dotted name, e.g. language_model.pretrained=/models/vicuna")
     model.add_argument("--data", type=Path, help="the dataset to answer (AvaMERG JSON, EmpatheticDialogues or avatar JSONL)")
     model.add_argument("--format", default="auto", choices=["auto", *FORMATS])
     model.add_argument("--media-root", type=Path, help="folder of the media files")

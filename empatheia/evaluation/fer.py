@@ -83,7 +83,7 @@ INPUT_SIZE = 64
 def package_file(module: str, relative: str) -> Path:
     """The file ``relative`` inside the installed Python package ``module``, found without
     importing the package; ``FileNotFoundError`` names what to install."""
-    from ..config import resolve_pretrained
+    from ..pretrained import resolve_pretrained
 
     return Path(resolve_pretrained(f"package:{module}/{relative}"))
 

@@ -54,10 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ..data.emotions import UnknownEmotionError, normalize_label
 from ..errors import DataError
 from ..io import read_jsonl
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError, normalize_label
 
 if TYPE_CHECKING:
     from ..dialogue import Dialogue

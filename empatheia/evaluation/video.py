@@ -530,8 +530,7 @@ def _emotion_folder(labels: Sequence[str]):
     """``label -> class``: free-text emotions folded onto ``labels`` by
     :class:`empatheia.labels.LabelSets` (``"Disgust"``, ``"surprise"``, ED's 32
     labels...); a label the fold does not know stays as given and never matches."""
-    from empatheia.data.emotions import UnknownEmotionError
-    from empatheia.labels import LabelSets
+    from empatheia.labels import LabelSets, UnknownEmotionError
 
     sets = LabelSets(emotions=list(labels))
 

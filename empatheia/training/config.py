@@ -2,30 +2,26 @@
 
 The recipe (``training/recipe.py``) reads a :class:`TrainConfig`, whose ``stage`` says
 what the run trains (:mod:`empatheia.stages`); ``empatheia train CONFIG.yaml --set
-key=value`` overrides any key by its dotted name (``optim.learning_rate=1e-4``). Table 9
-of the paper gives the defaults of :class:`OptimConfig`.
+key=value`` overrides any key by its dotted name (``optim.learning_rate=1e-4``), read by
+the package's one config loader (:mod:`empatheia.config_loader`). Table 9 of the paper
+gives the defaults of :class:`OptimConfig`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
-from ..config import read_yaml_mapping
+from ..config_loader import ConfigError, load_dataclass, parse_sets, read_yaml_mapping
 from ..stages import STAGES
 
 # Configs written when each stage had a recipe module of its own name it under `recipe`;
 # the stage alone decides now, so the key is read and dropped.
 _RETIRED_KEYS = ("recipe",)
-
-
-class ConfigError(ValueError):
-    """A training config that cannot be used; the message names the file and the key."""
 
 
 @dataclass
@@ -159,34 +155,22 @@ class TrainConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-_SECTIONS = {"model": ModelSection, "data": DataSection, "optim": OptimConfig}
-# Mappings whose keys are free (model config keys), not fields of ours.
-_FREE_MAPPINGS = {"model.overrides"}
-
-
 def load_train_config(path: Union[str, Path], sets: Sequence[str] = ()) -> TrainConfig:
-    """Read a stage config and apply ``key=value`` overrides (values are YAML: ``1e-4``,
-    ``null``, ``[0.9, 0.95]``). Unknown keys and malformed values are errors naming the
-    file and the key."""
+    """Read a stage config and apply ``--set`` items, ``key=value`` with YAML values
+    (``1e-4``, ``null``, ``[0.9, 0.95]``). Unknown keys and malformed values are errors
+    naming the file or ``--set``, and the key."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
-    try:
-        data = read_yaml_mapping(path)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
+    data = read_yaml_mapping(path)
     for key in _RETIRED_KEYS:
         data.pop(key, None)
-    for item in sets:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        try:
-            value = yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"--set {item!r}: the value is not valid YAML: {error}") from None
-        _set_dotted(data, key.strip(), value, f"--set {item!r}")
-    return _build(TrainConfig, data, str(path), prefix="").validate(str(path))
+    overrides = parse_sets(sets)
+    for given in (data, overrides):
+        # YAML 1.1 reads a bare `no` as false; for this key it can only mean "no".
+        if given.get("mixed_precision") is False:
+            given["mixed_precision"] = "no"
+    return load_dataclass(TrainConfig, data, str(path), overrides, overrides_source="--set").validate(str(path))
 
 
 def get_key(config: Any, dotted: str) -> Any:
@@ -194,67 +178,3 @@ def get_key(config: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         node = node[part] if isinstance(node, dict) else getattr(node, part)
     return node
-
-
-def _set_dotted(data: Dict[str, Any], dotted: str, value: Any, source: str) -> None:
-    *path, leaf = dotted.split(".")
-    node = data
-    for part in path:
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{source}: {part!r} is not a section")
-        node = child
-    node[leaf] = value
-
-
-def _build(cls, data: Dict[str, Any], source: str, prefix: str):
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for name, value in data.items():
-        key = f"{prefix}{name}"
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {prefix + close[0]!r}?" if close else f"; known keys: {sorted(prefix + k for k in known)}"
-            raise ConfigError(f"{source}: unknown config key {key!r}{hint}")
-        section = _SECTIONS.get(name) if not prefix else None
-        if section is not None:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{source}: {key} must be a mapping, got {value!r}")
-            value = _build(section, value, source, prefix=f"{key}.")
-        elif key in _FREE_MAPPINGS and not isinstance(value, dict):
-            raise ConfigError(f"{source}: {key} must be a mapping of model config keys, got {value!r}")
-        else:
-            value = _coerce(value, known[name].type, key, source)
-        kwargs[name] = value
-    return cls(**kwargs)
-
-
-def _coerce(value: Any, annotation: str, key: str, source: str) -> Any:
-    """Check a scalar against its field's type. YAML reads ``5e-5`` (no dot) as a string,
-    so numeric strings are accepted for floats."""
-    optional = annotation.startswith("Optional[")
-    base = annotation[len("Optional[") : -1] if optional else annotation
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{source}: {key} cannot be null")
-    if base == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{source}: {key} must be a number, got {value!r}")
-    if base == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{source}: {key} must be an integer, got {value!r}")
-    if base == "bool" and not isinstance(value, bool):
-        raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
-    if key == "mixed_precision" and value is False:
-        return "no"  # YAML 1.1 reads a bare `no` as false; for this key it can only mean "no"
-    if base == "str" and not isinstance(value, str):
-        raise ConfigError(f"{source}: {key} must be a string, got {value!r}")
-    return value

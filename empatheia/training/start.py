@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Optional
 
 import torch
 
@@ -32,7 +30,7 @@ def start_model(config: TrainConfig, require_init: bool) -> Empatheia:
     """The model a run starts from: ``model.init`` if given (required when
     ``require_init``), else ``model.preset``; ``model.overrides`` apply to either."""
     dtype = getattr(torch, config.model.dtype) if config.model.dtype else None
-    overrides = _dotted(config.model.overrides)
+    overrides = config.model.overrides
     if config.model.init is None:
         if require_init:
             raise ConfigError(
@@ -55,23 +53,3 @@ def start_model(config: TrainConfig, require_init: bool) -> Empatheia:
     except KeyError as error:
         raise ConfigError(f"model.overrides: {error}") from None
 
-
-def _dotted(overrides: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """``{"language_model": {"pretrained": p}}`` and ``{"language_model.pretrained": p}``
-    alike become dotted keys, down to the fields of the model config's sections (whose
-    own dict values, like ``profile_labels``, stay whole)."""
-    out: Dict[str, Any] = {}
-    for key, value in overrides.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and _is_section(dotted):
-            out.update(_dotted(value, dotted + "."))
-        else:
-            out[dotted] = value
-    return out
-
-
-def _is_section(dotted: str) -> bool:
-    node: Optional[Any] = EmpatheiaConfig()
-    for part in dotted.split("."):
-        node = getattr(node, part, None) if dataclasses.is_dataclass(node) else None
-    return dataclasses.is_dataclass(node)

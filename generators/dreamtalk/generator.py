@@ -24,8 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from empatheia.feature_sizes import DREAMTALK_FEATURES
+
 from ..base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows
-from ..features import DREAMTALK_FEATURES
 from .checkpoints import (
     DENOISER_PREFIX,
     CheckpointError,

@@ -1,6 +1,8 @@
 """Shapes of the features each generator reads, which size Empatheia's output heads.
 
 These are facts of the published models, so a change here must follow the checkpoints.
+Both the model's config (the heads' default widths) and the generators read them, so they
+sit here, below both, importing nothing of either.
 """
 
 from __future__ import annotations
