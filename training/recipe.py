@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Sequence, Union
 
+from empatheia.config_loader import add_set_argument
 from empatheia.stages import get_stage
 from empatheia.training import TrainConfig, TrainResult, build_stage_data, label_sets, start_model, train
 
@@ -52,11 +53,10 @@ def run_file(path: Union[str, Path], sets: Sequence[str] = (), resume: bool = Fa
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, required=True, metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config key by its dotted name, e.g. optim.learning_rate=1e-4")
+    add_set_argument(parser, "override a config key by its dotted name, e.g. optim.learning_rate=1e-4")
     parser.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in output_dir")
     args = parser.parse_args(argv)
-    return run_file(args.config, args.set, args.resume)
+    return run_file(args.config, args.set or [], args.resume)
 
 
 if __name__ == "__main__":
