@@ -21,11 +21,16 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10",
-    packages=["empatheia", "empatheia.configs", "empatheia.encoders", "empatheia.heads", "empatheia.data", "empatheia.training", "empatheia.evaluation", "generators", "generators.dreamtalk", "training"],
-    # The presets, configs/model/*.yaml, ship inside the package as empatheia.configs (read
-    # with importlib.resources); the folder stays at the top of the repository, beside the
-    # training configs.
-    package_dir={"empatheia.configs": "configs"},
+    # One installed package, `empatheia`, while the repository keeps its top-level folders:
+    # generators/ installs as empatheia.generators, the training recipes in training/ as
+    # empatheia.recipes, and the presets in configs/ as empatheia.configs (read with
+    # importlib.resources). No top-level `generators` or `training` lands in site-packages.
+    packages=[
+        "empatheia", "empatheia.configs", "empatheia.data", "empatheia.encoders", "empatheia.evaluation",
+        "empatheia.generators", "empatheia.generators.dreamtalk", "empatheia.heads", "empatheia.recipes",
+        "empatheia.training",
+    ],
+    package_dir={"empatheia.configs": "configs", "empatheia.generators": "generators", "empatheia.recipes": "training"},
     install_requires=[
         "torch>=2.4",
         "torchaudio>=2.4",
@@ -58,6 +63,6 @@ setup(
         "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, *METRICS, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     },
     # Trained weights of the presets that ship them (empatheia/weights/<preset>/), and the presets.
-    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.configs": ["model/*.yaml"]},
+    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.configs": ["model/*.yaml", "train/*.yaml", "labels/*.yaml", "deepspeed/*.json"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

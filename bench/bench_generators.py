@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from generators.avatar_renderer import AvatarRenderer, default_portrait  # noqa: E402
-from generators.base import Avatar, Waveform  # noqa: E402
+from empatheia.generators.avatar_renderer import AvatarRenderer, default_portrait  # noqa: E402
+from empatheia.generators.base import Avatar, Waveform  # noqa: E402
 
 TEXT = "I am so sorry to hear that. It sounds like a really hard week, and you handled it with a lot of patience."
 
@@ -33,7 +33,7 @@ def _timed(fn, repeats: int = 3):
 
 
 def offline() -> None:
-    from generators.piper_speech import PiperSpeech
+    from empatheia.generators.piper_speech import PiperSpeech
 
     speech, head = PiperSpeech(), AvatarRenderer()
     profile = {"age": "young", "gender": "female", "timbre": "high"}
@@ -51,7 +51,7 @@ def offline() -> None:
 def dreamtalk(device: str, seconds_of_speech: float) -> None:
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    from generators.dreamtalk import DreamTalk, DreamTalkConfig
+    from empatheia.generators.dreamtalk import DreamTalk, DreamTalkConfig
 
     # wav2vec2-XLSR-53's size: 24 layers of width 1024.
     audio_model = Wav2Vec2Model(Wav2Vec2Config(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,

@@ -36,9 +36,9 @@ def main(argv=None) -> int:
 
     from empatheia.config import EmpatheiaConfig
     from empatheia.evaluation.fer import FER_TO_EMPATHEIA, FacialExpressionClassifier
-    from generators.avatar_renderer import EMOTIONS, AvatarRenderer
-    from generators.avatars import AvatarRegistry
-    from generators.base import Waveform
+    from empatheia.generators.avatar_renderer import EMOTIONS, AvatarRenderer
+    from empatheia.generators.avatars import AvatarRegistry
+    from empatheia.generators.base import Waveform
 
     config = EmpatheiaConfig.from_preset(args.preset)
     width = config.style_disentangler.video_style_dim

@@ -34,9 +34,9 @@ def main(argv=None) -> None:
     from empatheia.config import EmpatheiaConfig
     from empatheia.evaluation.video import lip_sync
     from empatheia.media import load_audio, write_mp4
-    from generators.avatar_renderer import AvatarRenderer
-    from generators.avatars import AvatarRegistry
-    from generators.base import Waveform
+    from empatheia.generators.avatar_renderer import AvatarRenderer
+    from empatheia.generators.avatars import AvatarRegistry
+    from empatheia.generators.base import Waveform
 
     config = EmpatheiaConfig.from_preset(args.preset)
     renderer = AvatarRenderer(config.content_synchronizer.video_content_dim, config.style_disentangler.video_style_dim)

@@ -7,7 +7,7 @@ per-phoneme means of the same column measured on the generated speech itself
 
 * Pearson r per answer, row for row and with the rows shifted by one phoneme either way;
 * the 95th percentile over the speaking frames (each phoneme's row spread over the
-  frames it sounds in) of each, which ``generators.avatar_renderer.UNIT_LOUDNESS_ANCHOR``
+  frames it sounds in) of each, which ``empatheia.generators.avatar_renderer.UNIT_LOUDNESS_ANCHOR``
   caps.
 
     python bench/unit_loudness.py runs/small/ed/eval.jsonl [--limit 24] [--preset small]
@@ -35,7 +35,7 @@ def main(argv=None) -> int:
 
     from empatheia import Empatheia
     from empatheia.data import read_dataset
-    from generators.base import expand_units
+    from empatheia.generators.base import expand_units
 
     model = Empatheia.from_preset(args.preset)
     dialogues = read_dataset(args.data, labels=model.label_sets()).dialogues[: args.limit]

@@ -152,7 +152,7 @@ def data_render(args: argparse.Namespace) -> int:
 def _generator_extractors(source: str, overrides: Dict[str, Any]) -> list:
     """The gold features of the generators a model config names (a preset or a saved
     model directory, with ``overrides``), at that model's sizes."""
-    from generators import build_generators, gold_feature_extractors
+    from empatheia.generators import build_generators, gold_feature_extractors
 
     from .config import EmpatheiaConfig
     from .modeling import CONFIG_NAME
@@ -198,7 +198,7 @@ def data_extract_features(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    from training.recipe import run_file
+    from empatheia.recipes.recipe import run_file
 
     return run_file(args.config, args.set or [], resume=args.resume)
 

@@ -234,9 +234,9 @@ class GeneratorsConfig:
     talking_head: str = "dreamtalk"
     """``dreamtalk`` (the paper's) or ``avatar`` (the weight-free offline renderer)."""
     styletts2: Dict[str, Any] = field(default_factory=dict)
-    """Fields of ``generators.styletts2.StyleTTS2Config`` (checkpoint and helper paths)."""
+    """Fields of ``empatheia.generators.styletts2.StyleTTS2Config`` (checkpoint and helper paths)."""
     dreamtalk: Dict[str, Any] = field(default_factory=dict)
-    """Fields of ``generators.dreamtalk.DreamTalkConfig`` (checkpoints, wav2vec2 path)."""
+    """Fields of ``empatheia.generators.dreamtalk.DreamTalkConfig`` (checkpoints, wav2vec2 path)."""
     avatars: Optional[str] = None
     """Folder of registered avatars (voice and portrait per listener ID); ``None`` keeps
     them in memory for the session."""

@@ -487,7 +487,7 @@ class Empatheia(nn.Module):
         """The speech and talking-head generators of ``config.generators``, built on first
         use and kept (they are not part of the trained model)."""
         if "speech" not in self._generators:
-            from generators.factory import build_generators
+            from empatheia.generators.factory import build_generators
 
             self._generators["speech"], self._generators["talking_head"] = build_generators(self.config)
         return self._generators["speech"], self._generators["talking_head"]
@@ -504,9 +504,9 @@ class Empatheia(nn.Module):
     def avatars(self):
         """The memory of avatars: register your own with
         ``model.avatars().register(key, portrait, voice)``, where ``key`` is the
-        listener's ``id-<ID>`` (see :func:`generators.avatars.avatar_key`)."""
+        listener's ``id-<ID>`` (see :func:`empatheia.generators.avatars.avatar_key`)."""
         if self._avatar_registry is None:
-            from generators.avatars import AvatarRegistry
+            from empatheia.generators.avatars import AvatarRegistry
 
             self._avatar_registry = AvatarRegistry(self.config.generators.avatars)
         return self._avatar_registry

@@ -14,7 +14,7 @@ from .page import response_page
 from .prompts import ChainOfEmpathy
 
 if TYPE_CHECKING:
-    from generators.base import VideoFrames, Waveform
+    from empatheia.generators.base import VideoFrames, Waveform
 
     from .dialogue import Dialogue
 
@@ -144,7 +144,7 @@ class EmpatheticResponse:
         talking head spread over the frames)."""
         features = {name: getattr(self, name).detach().float().contiguous().cpu() for name in _FEATURES}
         if self.audio is not None and self.audio.alignment is not None:
-            from generators.base import alignment_runs
+            from empatheia.generators.base import alignment_runs
 
             features["speech_alignment"] = torch.from_numpy(alignment_runs(self.audio.alignment))
         return features

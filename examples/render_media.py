@@ -18,9 +18,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from empatheia.data.render import LISTENER_EXPRESSION, SPEAKER_INTENSITY, speech_style, video_style  # noqa: E402
 from empatheia.media import write_mp4, write_wav  # noqa: E402
-from generators import AvatarRegistry  # noqa: E402
-from generators.avatar_renderer import AvatarRenderer  # noqa: E402
-from generators.piper_speech import PiperSpeech  # noqa: E402
+from empatheia.generators import AvatarRegistry  # noqa: E402
+from empatheia.generators.avatar_renderer import AvatarRenderer  # noqa: E402
+from empatheia.generators.piper_speech import PiperSpeech  # noqa: E402
 
 EMOTIONS = {"00001": "sad", "00002": "happy", "00003": "fear"}  # what each speaker feels
 

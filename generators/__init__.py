@@ -1,12 +1,12 @@
 """Speech and talking-head generators that Empatheia's heads drive (§4.3, Appendix D.2).
 
-* :mod:`generators.base`: the two roles (:class:`SpeechGenerator`,
+* :mod:`empatheia.generators.base`: the two roles (:class:`SpeechGenerator`,
   :class:`TalkingHeadGenerator`), :class:`Waveform`, :class:`VideoFrames`, :class:`Avatar`
   and the gold-feature extractors of training stages 2-4.
-* the paper's generators: :mod:`generators.styletts2` and :mod:`generators.dreamtalk`;
-* the offline ones of the ``small`` preset: :mod:`generators.piper_speech` and
-  :mod:`generators.avatar_renderer`;
-* :mod:`generators.avatars`: the memory that keeps each avatar's voice and face;
+* the paper's generators: :mod:`empatheia.generators.styletts2` and :mod:`empatheia.generators.dreamtalk`;
+* the offline ones of the ``small`` preset: :mod:`empatheia.generators.piper_speech` and
+  :mod:`empatheia.generators.avatar_renderer`;
+* :mod:`empatheia.generators.avatars`: the memory that keeps each avatar's voice and face;
 * :data:`DREAMTALK_FEATURES`, :data:`STYLETTS2_FEATURES`: the feature sizes each generator
   reads (defined in :mod:`empatheia.feature_sizes`, which the model's config reads too).
 """

@@ -774,7 +774,7 @@ class AvatarRenderer(TalkingHeadGenerator):
     def unit_content(self, speech: Waveform, count: int) -> torch.Tensor:
         """Gold per-unit C^v of a waveform with an alignment: ``(count, content_dim)``,
         the mean of :meth:`speech_content`'s frames over each unit's samples
-        (:func:`generators.base.unit_means`)."""
+        (:func:`empatheia.generators.base.unit_means`)."""
         if speech.alignment is None:
             raise ValueError("unit_content needs speech.alignment")
         return unit_means(self.speech_content(speech), speech.alignment, speech.sample_rate, self.fps, count)

@@ -237,7 +237,7 @@ def even_alignment(speaking: np.ndarray, count: int, samples: int, sample_rate: 
 
     Args:
         speaking: ``(N,)`` bool, one analysis frame per ``hop`` s (e.g.
-            :func:`generators.prosody.speech_mask`).
+            :func:`empatheia.generators.prosody.speech_mask`).
         samples: the recording's length ``T``.
     Returns ``(T,)`` int64."""
     frame_of = np.minimum((np.arange(samples) / (hop * sample_rate)).astype(np.int64), speaking.shape[0] - 1)
@@ -325,7 +325,7 @@ class _UnitVideoContent:
     The unit timing comes from the clip's alignment sidecar (:func:`alignment_path`),
     which ``empatheia data render`` writes for every clip it synthesises. A recording
     without one (real speech) gets the documented fallback: the text's units spread
-    evenly over the recording's speaking frames (:func:`generators.prosody.speech_mask`),
+    evenly over the recording's speaking frames (:func:`empatheia.generators.prosody.speech_mask`),
     a rough timing that keeps per-unit targets defined."""
 
     name, input = "video_content", "speech"

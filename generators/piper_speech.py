@@ -10,7 +10,7 @@ reads are the same quantities.
 Style layout (``style_dim >= 5``; the formant needs ``style_dim >= 6``; dims 6 and up
 are always 0)::
 
-    dim  descriptor   measured as (generators.prosody)           z = (value - ref) / scale
+    dim  descriptor   measured as (empatheia.generators.prosody)           z = (value - ref) / scale
     0    rate         spectral change events per speaking second    ref 11 /s,    scale 3 /s
     1    pitch        median F0 of voiced frames, in semitones      ref 150 Hz,   scale 6 st
     2    pitch_range  1.4826 x MAD of the voiced semitones          ref 2.5 st,   scale 1.5 st
@@ -175,7 +175,7 @@ def formant_factor(formant_st: float) -> float:
 
 
 def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
-    """A :class:`~generators.prosody.Prosody` -> ``(style_dim,)`` float32 S^s (layout in the
+    """A :class:`~empatheia.generators.prosody.Prosody` -> ``(style_dim,)`` float32 S^s (layout in the
     module docstring)."""
     values = {
         "rate": measured.rate,
@@ -193,7 +193,7 @@ def encode_style(measured: prosody.Prosody, style_dim: int) -> torch.Tensor:
 
 
 def decode_style(style: torch.Tensor) -> prosody.Prosody:
-    """``(style_dim,)`` S^s -> the requested :class:`~generators.prosody.Prosody`, clamped
+    """``(style_dim,)`` S^s -> the requested :class:`~empatheia.generators.prosody.Prosody`, clamped
     to :data:`FEASIBLE`. Non-finite entries, and the formant of a style too narrow to
     hold it, count as 0 (the reference)."""
     z = torch.nan_to_num(style.detach().float().cpu(), nan=0.0, posinf=0.0, neginf=0.0).numpy()

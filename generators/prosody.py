@@ -1,6 +1,6 @@
 """Measuring and changing the prosody of a speech waveform, with numpy only.
 
-What :class:`generators.piper_speech.PiperSpeech` reads from a recording (its gold speech
+What :class:`empatheia.generators.piper_speech.PiperSpeech` reads from a recording (its gold speech
 style) and what it steers when it speaks are the same five quantities, measured here:
 
 * ``rate``: spectral change events per second of speaking time (pauses left out), about

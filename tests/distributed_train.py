@@ -11,7 +11,7 @@ import torch.distributed as dist
 from safetensors.torch import save_file
 
 from empatheia.training import load_train_config
-from training.recipe import run
+from empatheia.recipes.recipe import run
 
 
 def main(out: str, config_path: str, *sets: str) -> None:

@@ -11,9 +11,9 @@ from transformers import Wav2Vec2Config, Wav2Vec2Model
 
 from empatheia.errors import DataError
 from empatheia.media import load_audio
-from generators.base import Waveform
-from generators.dreamtalk import CheckpointError, DreamTalk, DreamTalkConfig, audio_windows
-from generators.dreamtalk.diffusion import VarianceSchedule
+from empatheia.generators.base import Waveform
+from empatheia.generators.dreamtalk import CheckpointError, DreamTalk, DreamTalkConfig, audio_windows
+from empatheia.generators.dreamtalk.diffusion import VarianceSchedule
 from empatheia.feature_sizes import DREAMTALK_FEATURES
 
 TINY = DreamTalkConfig.tiny()
@@ -405,7 +405,7 @@ def test_checkpoints_with_python_objects_need_trust(tmp_path):
 
 
 def test_per_unit_content_is_spread_by_the_alignment_with_silence_in_pauses(model):
-    from generators.base import expand_units
+    from empatheia.generators.base import expand_units
 
     clip = speech(1.0)  # 25 frames
     # Three units with silence before, between and after them.

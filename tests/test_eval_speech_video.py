@@ -603,8 +603,8 @@ def test_transcribes_rendered_example(transcriber):
 
 def test_transcribes_piper_speech_and_style(transcriber):
     pytest.importorskip("piper")
-    from generators.base import Avatar
-    from generators.piper_speech import PiperSpeech
+    from empatheia.generators.base import Avatar
+    from empatheia.generators.piper_speech import PiperSpeech
 
     generator = PiperSpeech()
     avatar = Avatar("eval-test", np.zeros((256, 256, 3), np.uint8), "en_US-joe-medium", {})

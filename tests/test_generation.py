@@ -15,7 +15,7 @@ import torch
 
 from empatheia import Dialogue, Empatheia, Turn
 from empatheia.cli import main
-from generators import AvatarRegistry, avatar_key, build_generators, gold_feature_extractors, resample_rows
+from empatheia.generators import AvatarRegistry, avatar_key, build_generators, gold_feature_extractors, resample_rows
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "conversation.json"
 
@@ -54,7 +54,7 @@ def test_respond_speaks_and_animates(tiny, tmp_path):
     assert data["features"]["video_content"][0] == data["features"]["speech_content"][0]
     from safetensors.torch import load_file
 
-    from generators.base import alignment_from_runs
+    from empatheia.generators.base import alignment_from_runs
 
     runs = load_file(str(out / "features.safetensors"))["speech_alignment"]
     assert torch.equal(alignment_from_runs(runs.numpy(), response.audio.samples.shape[0]), response.audio.alignment)

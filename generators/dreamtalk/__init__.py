@@ -3,14 +3,14 @@
 An independent PyTorch implementation of the published architecture that loads the
 official checkpoints (``denoising_network.pth``, ``renderer.pt``) strictly:
 
-* :class:`DreamTalk`: the :class:`~generators.base.TalkingHeadGenerator`
+* :class:`DreamTalk`: the :class:`~empatheia.generators.base.TalkingHeadGenerator`
   (``animate``, ``content_features``, ``style_features``, ``fingerprint``);
 * :class:`DreamTalkConfig`: sizes (the published ones by default, ``tiny()`` for tests),
   checkpoint and wav2vec2 paths, sampling settings;
 * the parts: :class:`AudioContentEncoder`, :class:`StyleEncoder`,
   :class:`MotionDenoiser`, :class:`DiffusionNetwork` (schedule, null style, DDIM with
   classifier-free guidance) and :class:`FaceRenderer`;
-* :mod:`generators.dreamtalk.coefficients`: where style videos' expression coefficients
+* :mod:`empatheia.generators.dreamtalk.coefficients`: where style videos' expression coefficients
   are read from.
 """
 

@@ -25,7 +25,7 @@ NEUTRAL_POSE: Tuple[float, ...] = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.9370641, 126.
 
 @dataclass
 class DreamTalkConfig:
-    """Everything that decides what :class:`~generators.dreamtalk.DreamTalk` computes.
+    """Everything that decides what :class:`~empatheia.generators.dreamtalk.DreamTalk` computes.
 
     Paths are local; nothing is ever downloaded. ``denoiser_checkpoint`` and
     ``renderer_checkpoint`` are the official files the authors hand out on request;

@@ -67,7 +67,7 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
             audio.
         coefficient_reader: ``video path -> (F, 64 | 73 | 257)`` coefficients for
             :meth:`style_features`; without it, coefficients are read from files next to
-            the videos (see :mod:`generators.dreamtalk.coefficients`).
+            the videos (see :mod:`empatheia.generators.dreamtalk.coefficients`).
         seed: seed of the random initial weights.
     """
 
@@ -108,7 +108,7 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
         coefficient_reader: Optional[CoefficientReader] = None,
     ) -> "DreamTalk":
         """Build the architecture of ``config`` on ``config.device`` and load both official
-        checkpoints into it strictly (see :mod:`generators.dreamtalk.checkpoints`)."""
+        checkpoints into it strictly (see :mod:`empatheia.generators.dreamtalk.checkpoints`)."""
         missing = [name for name in ("denoiser_checkpoint", "renderer_checkpoint") if not getattr(config, name)]
         if missing:
             raise CheckpointError(f"DreamTalkConfig.{' and '.join(missing)} not set: DreamTalk needs both official checkpoints")
@@ -230,7 +230,7 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
 
     def style_features(self, video: Sequence[PathLike]) -> List[torch.Tensor]:
         """Gold S^v: the ``(d_model,)`` style code of each video, from its expression
-        coefficients (see :mod:`generators.dreamtalk.coefficients` for where they come
+        coefficients (see :mod:`empatheia.generators.dreamtalk.coefficients` for where they come
         from). Raises :class:`~empatheia.errors.DataError` naming a video without them."""
         coefficients = [self.read_coefficients(path) for path in video]
         if not coefficients:
