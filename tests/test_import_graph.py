@@ -7,19 +7,14 @@ circle until run time.
 """
 
 import ast
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from .setup_arguments import REPO, setup_arguments
 
 
 def _package_roots():
     """``{installed package: source folder}``: ``empatheia/`` and setup.py's ``package_dir``
-    mappings (read from setup.py, so the test follows the install layout instead of
-    repeating it)."""
-    tree = ast.parse((REPO / "setup.py").read_text(encoding="utf-8"))
-    call = next(node for node in ast.walk(tree) if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setup")
-    keywords = {keyword.arg: keyword.value for keyword in call.keywords}
-    mapped = ast.literal_eval(keywords["package_dir"]) if "package_dir" in keywords else {}
+    mappings, so the test follows the install layout instead of repeating it."""
+    mapped = setup_arguments().get("package_dir", {})
     return {"empatheia": REPO / "empatheia", **{name: REPO / folder for name, folder in mapped.items()}}
 
 
