@@ -153,9 +153,8 @@ class LanguageModelConfig:
 
 
 @dataclass
-class ContentSynchronizerConfig:
-    """Transformer-VAE from the response text's hidden states to generator content features
-    (eqs. 1-2). Output lengths are given per call (phonemes for speech, frames for video)."""
+class TransformerVAEConfig:
+    """The Transformer VAE both heads are built on (Table 8's sizes by default)."""
 
     d_model: int = 1024
     num_heads: int = 16
@@ -163,6 +162,13 @@ class ContentSynchronizerConfig:
     ffn_dim: int = 4096
     latent_dim: int = 256
     dropout: float = 0.1
+
+
+@dataclass
+class ContentSynchronizerConfig(TransformerVAEConfig):
+    """Transformer-VAE from the response text's hidden states to generator content features
+    (eqs. 1-2). Output lengths are given per call (phonemes for speech, frames for video)."""
+
     speech_content_dim: int = STYLETTS2_FEATURES.content_dim
     video_content_dim: int = DREAMTALK_FEATURES.content_dim
     max_speech_length: int = 1024
@@ -182,17 +188,11 @@ class ContentSynchronizerConfig:
 
 
 @dataclass
-class StyleDisentanglerConfig:
+class StyleDisentanglerConfig(TransformerVAEConfig):
     """Transformer-VAE from the signal tokens' hidden states to emotion and profile
     features and the generators' style features (eqs. 3-7), with the classifiers of
     eq. 11."""
 
-    d_model: int = 1024
-    num_heads: int = 16
-    num_layers: int = 4
-    ffn_dim: int = 4096
-    latent_dim: int = 256
-    dropout: float = 0.1
     num_queries: int = 4
     """Learned queries per (modality, branch)."""
     speech_style_dim: int = STYLETTS2_FEATURES.style_dim

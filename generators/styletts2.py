@@ -54,6 +54,7 @@ from torch import nn
 from empatheia.feature_sizes import STYLETTS2_FEATURES, GeneratorFeatures
 
 from .base import Avatar, PathLike, SpeechGenerator, Waveform
+from .checkpoint_fit import state_dict_problems
 
 logger = logging.getLogger(__name__)
 
@@ -306,20 +307,8 @@ def _load_module(module: nn.Module, state: Mapping[str, torch.Tensor], where: st
     # saved by older transformers) are not weights: accept and ignore them.
     recomputed = {name for name, _ in module.named_buffers()} - set(expected)
     state = {k: v for k, v in state.items() if k not in recomputed}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    mis_shaped = sorted(
-        f"{k} {tuple(state[k].shape)} (expected {tuple(expected[k].shape)})"
-        for k in set(state) & set(expected)
-        if tuple(state[k].shape) != tuple(expected[k].shape)
-    )
-    if missing or unexpected or mis_shaped:
-
-        def show(keys: List[str]) -> str:
-            return ", ".join(keys[:8]) + (f" ... ({len(keys)} in all)" if len(keys) > 8 else "")
-
-        found = (("missing keys", missing), ("unexpected keys", unexpected), ("wrong shapes", mis_shaped))
-        problems = [f"{label}: {show(keys)}" for label, keys in found if keys]
+    problems = state_dict_problems(module, state)
+    if problems:
         raise StyleTTS2CheckpointError(
             f"{where} does not fit the model built from the config: " + "; ".join(problems)
             + ". Is the model config (model_config, preset, overrides) the one this checkpoint was trained with?"

@@ -374,7 +374,7 @@ def test_checkpoint_mismatches_name_the_file_and_the_keys(tmp_path):
     renderer["mapping_net.first.0.weight"] = torch.zeros(1, 2, 3)
     wrong_shape = tmp_path / "wrong_shape.pt"
     torch.save({"net_G_ema": renderer}, wrong_shape)
-    with pytest.raises(CheckpointError, match=r"wrong_shape\.pt.*shape mismatches: mapping_net\.first\.0\.weight"):
+    with pytest.raises(CheckpointError, match=r"wrong_shape\.pt.*wrong shapes: mapping_net\.first\.0\.weight"):
         DreamTalk(TINY).load_checkpoints(renderer=wrong_shape)
 
     no_entry = tmp_path / "no_entry.pt"

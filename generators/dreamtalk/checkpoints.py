@@ -12,13 +12,14 @@ be: a mismatch raises :class:`CheckpointError` naming the file and the keys.
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 from pathlib import Path
 from typing import Dict, Mapping, Union
 
 import torch
 from torch import nn
+
+from ..checkpoint_fit import state_dict_problems
 
 PathLike = Union[str, Path]
 
@@ -70,34 +71,12 @@ def load_strict(module: nn.Module, state: Mapping[str, torch.Tensor], path: Path
 
     ``prefix`` is how the keys are spelled in the file (for the error message).
     """
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    mismatched = sorted(
-        f"{prefix}{k}: file {tuple(state[k].shape)}, model {tuple(expected[k].shape)}"
-        for k in set(expected) & set(state)
-        if tuple(state[k].shape) != tuple(expected[k].shape)
-    )
-    problems = []
-    for title, keys in (("missing keys", [prefix + k for k in missing]),
-                        ("unexpected keys", [prefix + k for k in unexpected]),
-                        ("shape mismatches", mismatched)):
-        if keys:
-            shown = ", ".join(keys[:_SHOWN]) + (f", ... ({len(keys) - _SHOWN} more)" if len(keys) > _SHOWN else "")
-            problems.append(f"{len(keys)} {title}: {shown}")
+    problems = state_dict_problems(module, state, prefix)
     if problems:
         raise CheckpointError(
             f"{path}: does not match the {type(module).__name__} of this config; " + "; ".join(problems)
         )
     module.load_state_dict(state, strict=True)
-
-
-def file_sha256(path: PathLike, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _entry(checkpoint: Mapping, key: str, path: PathLike) -> Mapping[str, torch.Tensor]:

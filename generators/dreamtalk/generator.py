@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from empatheia.feature_sizes import DREAMTALK_FEATURES
+from empatheia.io import file_digest
 
 from ..base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows
 from .checkpoints import (
     DENOISER_PREFIX,
     CheckpointError,
     denoiser_state_dict,
-    file_sha256,
     load_strict,
     read_checkpoint,
     renderer_state_dict,
@@ -122,11 +122,11 @@ class DreamTalk(nn.Module, TalkingHeadGenerator):
         if denoiser is not None:
             state = denoiser_state_dict(read_checkpoint(denoiser, trust), denoiser)
             load_strict(self.diffusion, state, denoiser, prefix=DENOISER_PREFIX)
-            self._weights["denoiser"] = "sha256:" + file_sha256(denoiser)[:16]
+            self._weights["denoiser"] = "sha256:" + file_digest(denoiser)[:16]
         if renderer is not None:
             state = renderer_state_dict(read_checkpoint(renderer, trust), renderer)
             load_strict(self.renderer, state, renderer)
-            self._weights["renderer"] = "sha256:" + file_sha256(renderer)[:16]
+            self._weights["renderer"] = "sha256:" + file_digest(renderer)[:16]
 
     def fingerprint(self) -> str:
         """Identifies the architecture and every set of weights the outputs depend on."""
@@ -413,7 +413,7 @@ def _folder_sha256(folder: Path) -> str:
     for path in sorted(folder.iterdir()):
         if path.is_file() and (path.name == "config.json" or path.suffix in (".safetensors", ".bin")):
             digest.update(path.name.encode())
-            digest.update(file_sha256(path).encode())
+            digest.update(file_digest(path).encode())
     return digest.hexdigest()
 
 
