@@ -195,6 +195,12 @@ class StyleDisentanglerConfig(TransformerVAEConfig):
 
     num_queries: int = 4
     """Learned queries per (modality, branch)."""
+    reads_chain_emotion: bool = True
+    """Also read the language model's hidden state at the Chain of Empathy's emotion slot
+    (the token after which the chain writes the emotion) as one more source token beside
+    the signal tokens; dialogues without the step get a learned stand-in. See
+    :class:`~empatheia.heads.StyleDisentangler` for why. False reads the signal tokens
+    alone, as eqs. 3-6 write it."""
     speech_style_dim: int = STYLETTS2_FEATURES.style_dim
     video_style_dim: int = DREAMTALK_FEATURES.style_dim
     emotion_labels: List[str] = field(default_factory=lambda: list(EMOTION_LABELS))

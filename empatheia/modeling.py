@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .config import EmpatheiaConfig
+from .config_loader import read_yaml_mapping
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
@@ -291,6 +292,23 @@ class Empatheia(nn.Module):
             out.append(hidden[mask].view(input_ids.shape[0], n, -1))
         return out[0], out[1]
 
+    def style_inputs(
+        self, hidden: torch.Tensor, batch: Dict[str, torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What the Style Disentangler reads from hidden states ``(B, L, H)``: the signal
+        states (two ``(B, n, H)``), the hidden state at each row's Chain-of-Empathy
+        emotion slot ``(B, H)`` (zeros where the row has none) and which rows have one
+        ``(B,)`` bool (from ``batch["emotion_slot"]`` ``(B, L)``; none when the batch has
+        no such key)."""
+        speech, video = self.signal_states(hidden, batch["input_ids"])
+        slot = batch.get("emotion_slot")
+        if slot is None:
+            slot = torch.zeros(batch["input_ids"].shape, dtype=torch.bool, device=hidden.device)
+        has_chain = slot.any(1)
+        chain = hidden.new_zeros(hidden.shape[0], hidden.shape[-1])
+        chain[has_chain] = hidden[slot]
+        return speech, video, chain, has_chain
+
     # ================================================================== training
     def forward(self, batch: Dict[str, torch.Tensor], stage: Union[int, Stage, None] = None) -> Dict[str, torch.Tensor]:
         """Loss of a training stage (§5, :mod:`empatheia.stages`) and each of its terms.
@@ -349,7 +367,7 @@ class Empatheia(nn.Module):
             )
             terms.update(self.content_losses(content, batch))
         if stage.computes(SAC):
-            style = self.style_disentangler(*self.signal_states(hidden, batch["input_ids"]))
+            style = self.style_disentangler(*self.style_inputs(hidden, batch))
             terms.update(self.style_losses(style, batch))
         weighted = self.weighted_terms(terms, stage)
         loss = sum(weighted.values())
@@ -581,7 +599,7 @@ class Empatheia(nn.Module):
             speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
-        style = self.style_disentangler(*self.signal_states(hidden, full_batch["input_ids"]))
+        style = self.style_disentangler(*self.style_inputs(hidden, full_batch))
         chain_emotions = self.chain_emotion_predictions(hidden, full_batch["emotion_slot"])
         return self._package(items, texts, parsed, content, style, chain_emotions)
 
@@ -698,7 +716,12 @@ class Empatheia(nn.Module):
         for needed in (CONFIG_NAME, WEIGHTS_NAME):
             if not (directory / needed).is_file():
                 raise FileNotFoundError(f"{directory} is not a saved Empatheia model: {needed} is missing")
-        config = EmpatheiaConfig.load_yaml(directory / CONFIG_NAME)
+        saved = read_yaml_mapping(directory / CONFIG_NAME)
+        config = EmpatheiaConfig.from_dict(saved, source=str(directory / CONFIG_NAME))
+        if "reads_chain_emotion" not in (saved.get("style_disentangler") or {}):
+            # Saved before the Style Disentangler could read the emotion slot: its head
+            # has no weights for it (empatheia.training.style_refit.add_chain_reading adds them).
+            config.style_disentangler.reads_chain_emotion = False
         if overrides:
             config.update(overrides)
         tokenizer_dir = directory / TOKENIZER_DIR

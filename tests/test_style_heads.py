@@ -16,6 +16,27 @@ def _signal_states(labels: torch.Tensor, fixed: torch.Tensor, directions: torch.
     return fixed + directions[labels][:, None, :] + noise
 
 
+def _small_head(width: int, signals: int) -> StyleDisentangler:
+    config = StyleDisentanglerConfig(d_model=32, num_heads=4, num_layers=1, ffn_dim=64, latent_dim=16,
+                                     dropout=0.0, num_queries=2, speech_style_dim=6, video_style_dim=6)
+    torch.manual_seed(0)
+    return StyleDisentangler(config, width, signals)
+
+
+def _train_emotions(head: StyleDisentangler, inputs, classes: int, generator) -> None:
+    """150 AdamW steps of emotion cross-entropy on batches of 16 random labels;
+    ``inputs(labels)`` gives the head's arguments. Leaves the head in evaluation mode."""
+    optimiser = torch.optim.AdamW(head.parameters(), lr=2e-3)
+    for _ in range(150):
+        labels = torch.randint(0, classes, (16,), generator=generator)
+        out = head(*inputs(labels))
+        loss = torch.nn.functional.cross_entropy(out.emotion_logits, labels) + 1e-3 * out.kl.mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+    head.eval()
+
+
 def test_standardizer_tracks_each_positions_statistics_and_is_fixed_in_eval():
     gen = torch.Generator().manual_seed(0)
     norm = SignalStandardizer(3, 5)
@@ -36,22 +57,10 @@ def test_standardizer_tracks_each_positions_statistics_and_is_fixed_in_eval():
 def test_head_learns_emotions_that_move_the_states_by_a_few_percent():
     gen = torch.Generator().manual_seed(0)
     width, signals, classes = 48, 4, 7
-    config = StyleDisentanglerConfig(d_model=32, num_heads=4, num_layers=1, ffn_dim=64, latent_dim=16,
-                                     dropout=0.0, num_queries=2, speech_style_dim=6, video_style_dim=6)
-    torch.manual_seed(0)
-    head = StyleDisentangler(config, width, signals)
+    head = _small_head(width, signals)
     fixed = torch.randn(signals, width, generator=gen) * 8.0  # norm about 55 per position
     directions = torch.randn(classes, width, generator=gen) * 0.3  # about 4 % of it
-    optimiser = torch.optim.AdamW(head.parameters(), lr=2e-3)
-    for _ in range(150):
-        labels = torch.randint(0, classes, (16,), generator=gen)
-        states = _signal_states(labels, fixed, directions, gen)
-        out = head(states, states)
-        loss = torch.nn.functional.cross_entropy(out.emotion_logits, labels) + 1e-3 * out.kl.mean()
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-    head.eval()
+    _train_emotions(head, lambda labels: (_signal_states(labels, fixed, directions, gen),) * 2, classes, gen)
     labels = torch.arange(classes).repeat(8)
     states = _signal_states(labels, fixed, directions, gen)
     with torch.no_grad():
@@ -61,3 +70,28 @@ def test_head_learns_emotions_that_move_the_states_by_a_few_percent():
     assert predicted.unique().numel() == classes
     # The style features differ between dialogues of different emotions.
     assert (out.video_style[labels == 0].mean(0) - out.video_style[labels == 1].mean(0)).abs().max() > 0.05
+
+
+def test_head_reads_an_emotion_that_only_the_chain_slot_carries():
+    """The signal states say nothing of the emotion here (position and noise only); the
+    emotion-slot state does, and the head learns it from there. A row without the slot
+    falls back to the stand-in token, whatever ``chain_state`` holds."""
+    gen = torch.Generator().manual_seed(0)
+    width, signals, classes = 48, 4, 7
+    head = _small_head(width, signals)
+    fixed = torch.randn(signals, width, generator=gen) * 8.0
+    directions = torch.randn(classes, width, generator=gen)
+
+    def inputs(labels):
+        """Speech and video signal states ``(B, n, D)`` and the slot's state ``(B, D)``."""
+        states = fixed + 0.05 * torch.randn(labels.shape[0], signals, width, generator=gen)
+        return states, states, directions[labels] + 0.1 * torch.randn(labels.shape[0], width, generator=gen)
+
+    _train_emotions(head, inputs, classes, gen)
+    labels = torch.arange(classes).repeat(8)
+    states, _, chain = inputs(labels)
+    with torch.no_grad():
+        predicted = head(states, states, chain).emotion_logits.argmax(-1)
+        without = head(states, states, chain, torch.zeros(len(labels), dtype=torch.bool)).emotion_logits
+    assert (predicted == labels).float().mean() > 0.8
+    assert without.argmax(-1).unique().numel() == 1  # no slot: one answer for every row

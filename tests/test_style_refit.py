@@ -28,20 +28,24 @@ def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(av
     model.eval()
     with torch.no_grad():
         batch = model.processor.collate([dataset[0].encoded])
-        speech, _ = model.signal_states(model.hidden_states(batch), batch["input_ids"])
+        speech, _, chain, has_chain = model.style_inputs(model.hidden_states(batch), batch)
     torch.testing.assert_close(speech[0].float(), states.speech[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(chain[0].float(), states.chain[0], rtol=1e-4, atol=1e-4)
+    assert bool(has_chain[0]) == bool(states.has_chain[0])
+    assert states.chain.shape == (len(dataset), states.speech.shape[-1]) and states.has_chain.any()
     # Saved and read back, the states and every target are the same.
     states.save(tmp_path / "states.safetensors", key="tiny model, avatar corpus")
     assert SignalStates.key_of(tmp_path / "states.safetensors") == "tiny model, avatar corpus"
     again = SignalStates.load(tmp_path / "states.safetensors")
     assert torch.equal(again.speech, states.speech) and torch.equal(again.video, states.video)
+    assert torch.equal(again.chain, states.chain) and torch.equal(again.has_chain, states.has_chain)
     assert again.targets.keys() == states.targets.keys()
     assert all(torch.equal(again.targets[k], v) for k, v in states.targets.items())
 
     def loss_on_all() -> float:
         head = model.style_disentangler.eval()
         with torch.no_grad():
-            terms = model.style_losses(head(states.speech, states.video), states.targets)
+            terms = model.style_losses(head(*states.inputs(torch.arange(len(states)))), states.targets)
         return float(sum(model.weighted_terms(terms, 3).values()))
 
     start = loss_on_all()
@@ -80,7 +84,7 @@ def test_the_refit_rate_warms_up_then_decays_to_zero(monkeypatch):
         targets[f"{name}_label"] = torch.zeros(6, dtype=torch.long)
     targets["speech_style_target"] = torch.zeros(6, model.config.style_disentangler.speech_style_dim)
     targets["video_style_target"] = torch.zeros(6, model.config.style_disentangler.video_style_dim)
-    states = SignalStates(torch.randn(6, n, h), torch.randn(6, n, h), targets)
+    states = SignalStates(torch.randn(6, n, h), torch.randn(6, n, h), torch.randn(6, h), torch.ones(6, dtype=torch.bool), targets)
     rates = []
     step = torch.optim.AdamW.step
 
@@ -93,3 +97,34 @@ def test_the_refit_rate_warms_up_then_decays_to_zero(monkeypatch):
     assert len(rates) == 20
     assert rates[:4] == sorted(rates[:4]) and abs(rates[3] - 1e-3) < 1e-12
     assert rates[4:] == sorted(rates[4:], reverse=True) and rates[-1] < 0.02 * 1e-3
+
+
+def test_a_head_trained_without_the_emotion_slot_gets_it_and_keeps_its_weights(tmp_path):
+    """Weights saved before the Style Disentangler read the emotion slot load as they were
+    trained (their config says nothing of it), and the refit adds the input to them."""
+    from empatheia.training.style_refit import add_chain_reading
+
+    torch.manual_seed(0)
+    old = Empatheia.from_preset("tiny", {"style_disentangler.reads_chain_emotion": False})
+    old.save_pretrained(tmp_path / "old")
+    config = (tmp_path / "old" / "config.yaml").read_text()
+    (tmp_path / "old" / "config.yaml").write_text(config.replace("  reads_chain_emotion: false\n", ""))
+    loaded = Empatheia.from_pretrained(tmp_path / "old")
+    assert loaded.config.style_disentangler.reads_chain_emotion is False
+    before = {k: v.clone() for k, v in loaded.style_disentangler.state_dict().items()}
+    assert add_chain_reading(loaded) and not add_chain_reading(loaded)
+    head = loaded.style_disentangler
+    assert loaded.config.style_disentangler.reads_chain_emotion and hasattr(head, "chain_ffn")
+    assert all(torch.equal(head.state_dict()[k], v) for k, v in before.items())
+    # The slot's state now moves the style; a row without a slot reads the stand-in.
+    head.eval()
+    n, h = loaded.config.language_model.num_signal_tokens, loaded.config.language_model.hidden_size
+    signals = torch.randn(2, n, h)
+    chain = torch.randn(2, h)
+    with torch.no_grad():
+        a = head(signals, signals, chain, torch.tensor([True, False]))
+        b = head(signals, signals, chain + 1.0, torch.tensor([True, False]))
+        c = head(signals, signals)
+    assert not torch.allclose(a.speech_style[0], b.speech_style[0])
+    torch.testing.assert_close(a.speech_style[1], b.speech_style[1])
+    torch.testing.assert_close(a.speech_style[1], c.speech_style[1])

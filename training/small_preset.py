@@ -154,7 +154,12 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     from empatheia import Empatheia
     from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
     from empatheia.data.dataset import stable_fraction
-    from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
+    from empatheia.training.style_refit import (
+        SignalStates,
+        add_chain_reading,
+        collect_signal_states,
+        refit_style_disentangler,
+    )
 
     learning_rate, batch_size = 3e-4, 64
 
@@ -163,6 +168,8 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
         print(f"[small] style refit: {output_dir / 'final'} exists, skipped")
         return output_dir
     model = Empatheia.from_pretrained(stage4 / "final")
+    if add_chain_reading(model):
+        print(f"[small] style refit: {stage4 / 'final'} was trained without the emotion-slot input; the refit adds it")
     labels = model.label_sets()
     corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
     known = {d.id for d in corpus}
@@ -176,6 +183,7 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     key = hashlib.sha256(json.dumps({
         "weights": [str(weights.resolve()), weights.stat().st_mtime_ns],
         "examples": [d.id for d in corpus] + [d.id for d in text],
+        "layout": "signals+chain",
     }).encode()).hexdigest()
     cached = output_dir / STATES_NAME
     if cached.is_file() and SignalStates.key_of(cached) == key:

@@ -27,12 +27,18 @@ from ..modeling import Empatheia
 
 @dataclass
 class SignalStates:
-    """The frozen model's signal states and the style targets of ``N`` examples."""
+    """The frozen model's signal states, emotion-slot states and the style targets of
+    ``N`` examples."""
 
     speech: torch.Tensor
     """``(N, n, H)`` hidden states at ``<AUD1>..<AUDn>``."""
     video: torch.Tensor
     """``(N, n, H)`` hidden states at ``<VID1>..<VIDn>``."""
+    chain: torch.Tensor
+    """``(N, H)`` hidden state at each example's Chain-of-Empathy emotion slot (zeros
+    where it has none)."""
+    has_chain: torch.Tensor
+    """``(N,)`` bool, which examples have the slot."""
     targets: Dict[str, torch.Tensor]
     """``speech_style_target`` ``(N, D_ss)``, ``video_style_target`` ``(N, D_sv)``,
     ``style_target_mask`` ``(N,)`` and each ``*_label`` ``(N,)``."""
@@ -46,11 +52,17 @@ class SignalStates:
         return cls(
             torch.cat([p.speech for p in parts]),
             torch.cat([p.video for p in parts]),
+            torch.cat([p.chain for p in parts]),
+            torch.cat([p.has_chain for p in parts]),
             {key: torch.cat([p.targets[key] for p in parts]) for key in parts[0].targets},
         )
 
     def batch(self, index: torch.Tensor) -> Dict[str, torch.Tensor]:
         return {key: value[index] for key, value in self.targets.items()}
+
+    def inputs(self, index: torch.Tensor) -> tuple:
+        """The Style Disentangler's inputs for the examples at ``index``."""
+        return self.speech[index], self.video[index], self.chain[index], self.has_chain[index]
 
     def save(self, path, key: str = "") -> None:
         """Write the states and targets to a safetensors file (collecting them is the slow
@@ -59,7 +71,7 @@ class SignalStates:
         a caller can tell a file of other examples or another model from its own."""
         from safetensors.torch import save_file
 
-        tensors = {"speech": self.speech, "video": self.video}
+        tensors = {"speech": self.speech, "video": self.video, "chain": self.chain, "has_chain": self.has_chain}
         tensors.update({f"target.{key}": value for key, value in self.targets.items()})
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"key": key})
 
@@ -77,11 +89,32 @@ class SignalStates:
         from safetensors.torch import load_file
 
         tensors = load_file(str(path))
-        missing = {"speech", "video"} - tensors.keys()
+        missing = {"speech", "video", "chain", "has_chain"} - tensors.keys()
         if missing:
             raise ValueError(f"{path}: not a file of signal states (no {sorted(missing)})")
         targets = {k[len("target.") :]: v for k, v in tensors.items() if k.startswith("target.")}
-        return cls(tensors["speech"], tensors["video"], targets)
+        return cls(tensors["speech"], tensors["video"], tensors["chain"], tensors["has_chain"], targets)
+
+
+def add_chain_reading(model: Empatheia) -> bool:
+    """Let the Style Disentangler of ``model``, trained without the emotion-slot token
+    (``style_disentangler.reads_chain_emotion`` false), read it: a head with that input,
+    fresh weights for it and the trained head's weights for everything else. Returns
+    whether it changed anything. The refit then trains the new input with the rest."""
+    from ..heads import StyleDisentangler
+
+    config = model.config.style_disentangler
+    if config.reads_chain_emotion:
+        return False
+    old = model.style_disentangler
+    config.reads_chain_emotion = True
+    head = StyleDisentangler(config, old.speech_ffn[0].in_features, old.speech_norm.running_mean.shape[0])
+    missing, unexpected = head.load_state_dict(old.state_dict(), strict=False)
+    if unexpected or any(not k.startswith(("chain_", "no_chain")) for k in missing):
+        raise ValueError(f"unexpected Style Disentangler layout: missing {missing}, unexpected {unexpected}")
+    param = next(old.parameters())
+    model.style_disentangler = head.to(device=param.device, dtype=param.dtype).train(old.training)
+    return True
 
 
 @torch.no_grad()
@@ -92,23 +125,26 @@ def collect_signal_states(model: Empatheia, dataset: StageDataset, batch_size: i
     model.eval()
     device = next(model.parameters()).device
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=StageCollator(dataset.processor))
-    speech, video, targets = [], [], {}
+    speech, video, chain, has_chain, targets = [], [], [], [], {}
     try:
         for batch in tqdm(loader, desc="signal states", disable=not progress, unit="batch"):
             if "skipped" in batch:
                 raise ValueError(f"an example could not be encoded: {batch['skipped'][0]}")
             rows = len(batch["ids"])
             inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            s, v = model.signal_states(model.hidden_states(inputs), inputs["input_ids"])
+            s, v, c, has = model.style_inputs(model.hidden_states(inputs), inputs)
             speech.append(s.float().cpu())
             video.append(v.float().cpu())
+            chain.append(c.float().cpu())
+            has_chain.append(has.cpu())
             batch.setdefault("style_target_mask", torch.ones(rows, dtype=torch.bool))
             for key, value in batch.items():
                 if key.endswith("_label") or key in ("speech_style_target", "video_style_target", "style_target_mask"):
                     targets.setdefault(key, []).append(value)
     finally:
         model.train(was_training)
-    return SignalStates(torch.cat(speech), torch.cat(video), {k: torch.cat(v) for k, v in targets.items()})
+    targets = {k: torch.cat(v) for k, v in targets.items()}
+    return SignalStates(torch.cat(speech), torch.cat(video), torch.cat(chain), torch.cat(has_chain), targets)
 
 
 def refit_style_disentangler(
@@ -153,7 +189,7 @@ def refit_style_disentangler(
         for step in tqdm(range(1, steps + 1), desc="style refit", disable=not progress, unit="step"):
             index = torch.randint(len(states), (batch_size,), generator=generator)
             batch = {k: v.to(device) for k, v in states.batch(index).items()}
-            style = head(states.speech[index].to(device), states.video[index].to(device))
+            style = head(*(x.to(device) for x in states.inputs(index)))
             terms = model.style_losses(style, batch)
             weighted = model.weighted_terms(terms, 3)
             loss = sum(weighted.values())
