@@ -102,20 +102,6 @@ def multipart(fields: dict, files: Files) -> Tuple[bytes, str]:
     return b"".join(parts), f"multipart/form-data; boundary={boundary}"
 
 
-def wav_bytes(seconds: float = 1.0, rate: int = 16000, seed: int = 0) -> bytes:
-    """A WAV of a voiced-sounding tone with noise."""
-    import io
-
-    import numpy as np
-    import soundfile
-
-    t = np.arange(int(seconds * rate)) / rate
-    noise = np.random.default_rng(seed).normal(0, 0.02, t.shape)
-    buffer = io.BytesIO()
-    soundfile.write(buffer, (0.3 * np.sin(2 * np.pi * 180 * t) + noise).astype("float32"), rate, format="WAV")
-    return buffer.getvalue()
-
-
 def mp4_bytes(tmp_path, frames: int = 12, size: int = 64) -> bytes:
     import numpy as np
     import torch

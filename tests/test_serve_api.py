@@ -18,7 +18,8 @@ import soundfile
 from empatheia import Empatheia
 from empatheia.serve.sessions import SessionStore
 
-from .serve_helpers import Server, mp4_bytes, wav_bytes
+from .conftest import wav_bytes
+from .serve_helpers import Server, mp4_bytes
 
 TOKENS = 4  # short answers: the voice and face of each take a fraction of a second
 TEXT_ONLY = {"speak": "false", "animate": "false"}
