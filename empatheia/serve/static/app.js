@@ -106,7 +106,9 @@ function finishRecording(stream, seconds) {
 function describeAttachments(how = "") {
   const parts = [];
   if (state.audio) parts.push("voice");
+  else if ($("audio-file").files[0]) parts.push(`voice (${$("audio-file").files[0].name})`);
   if (state.video) parts.push("face");
+  else if ($("video-file").files[0]) parts.push(`face (${$("video-file").files[0].name})`);
   $("attached").textContent = parts.length ? `Attached: ${parts.join(" and ")}${how ? ` (${how})` : ""}` : "";
 }
 
@@ -300,8 +302,8 @@ async function main() {
   $("avatar").addEventListener("change", chooseAvatar);
   $("register-form").addEventListener("submit", register);
   $("restart").addEventListener("click", restart);
-  $("audio-file").addEventListener("change", () => { state.audio = null; });
-  $("video-file").addEventListener("change", () => { state.video = null; });
+  $("audio-file").addEventListener("change", () => { state.audio = null; describeAttachments(); });
+  $("video-file").addEventListener("change", () => { state.video = null; describeAttachments(); });
   $("text").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) send(event);
   });
