@@ -182,6 +182,19 @@ def test_a_body_over_the_request_limit_is_refused_before_it_is_read(server):
     connection.close()
 
 
+def test_a_body_without_a_length_is_cut_off_at_the_request_limit(server):
+    host, port = server.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    head = b'--x\r\nContent-Disposition: form-data; name="audio"; filename="a.wav"\r\n\r\n'
+    body = [head, *(bytes(2**20) for _ in range(40))]
+    connection.request("POST", "/api/turns", body=iter(body), encode_chunked=True,
+                       headers={"Content-Type": "multipart/form-data; boundary=x", "Transfer-Encoding": "chunked"})
+    reply = connection.getresponse()
+    assert reply.status == 413 and b"over the 33 MiB limit" in reply.read()
+    connection.close()
+    assert server.post("/api/turns", {"text": "still there?", **TEXT_ONLY}).status == 200
+
+
 def test_a_file_name_is_never_a_path(server, tmp_path):
     target = tmp_path / "planted.wav"
     reply = server.post("/api/turns", {"text": "hi", **TEXT_ONLY}, {"audio": (f"../../../..{target}", wav_bytes())})

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Literal, Optional
 
 import cv2
-from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import FastAPI, File, Form, Query, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
@@ -90,36 +90,48 @@ _ERRORS = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 
 
 
 # ---------------------------------------------------------------------- limits
-class _BodyTooLarge(Exception):
-    pass
-
-
 class _LimitBody:
-    """Refuses a request body over ``max_bytes`` (by its Content-Length, or by counting
-    a body sent without one) before it is parsed or stored."""
+    """Refuses a request body over ``max_bytes`` before it is parsed or stored: by its
+    Content-Length, or, for a body sent without one, by counting it as it arrives and
+    cutting it off at the limit (the application sees the client go, and its answer to
+    that is replaced by the 413)."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
+
+    def refusal(self, size: Optional[int] = None) -> JSONResponse:
+        size = f"{size / 2**20:.1f} MiB, " if size is not None else ""
+        return _error(413, None, f"the request is {size}over the {self.max_bytes / 2**20:.0f} MiB limit")
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            response = _error(413, None, f"the request is {int(length) / 2**20:.1f} MiB, over the "
-                                         f"{self.max_bytes / 2**20:.0f} MiB limit")
-            return await response(scope, receive, send)
-        seen = 0
+            return await self.refusal(int(length))(scope, receive, send)
+        seen, over = 0, False
 
         async def counted():
-            nonlocal seen
+            nonlocal seen, over
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.max_bytes:
-                raise _BodyTooLarge()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    over = True
+                    return {"type": "http.disconnect"}
             return message
 
-        return await self.app(scope, counted, send)
+        async def unless_over(message):
+            if not over:
+                await send(message)
+
+        try:
+            await self.app(scope, counted, unless_over)
+        except Exception:
+            if not over:
+                raise
+        if over:
+            await self.refusal()(scope, receive, send)
 
 
 def _error(status: int, field: Optional[str], message: str, headers: Optional[dict] = None) -> JSONResponse:
@@ -186,10 +198,6 @@ def create_app(
     @app.exception_handler(Busy)
     async def busy(request, error: Busy):
         return _error(503, None, str(error), {"Retry-After": "5"})
-
-    @app.exception_handler(_BodyTooLarge)
-    async def too_large(request, error):
-        return _error(413, None, f"the request is over the {(2 * limits.max_bytes + 2**20) / 2**20:.0f} MiB limit")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, error: RequestValidationError):
@@ -358,7 +366,7 @@ def create_app(
     ):
         """Send the user's turn (text, and or a recording of their voice and face) and get
         the answer. Each part is checked before the model sees it."""
-        session = store.get(session_id) if session_id else store.create()
+        session = store.get(session_id) if session_id else None
         worker.ensure_room()
         text = check_text(text, limits)
         voice = face = None
@@ -370,6 +378,7 @@ def create_app(
             face = decode_video("video", video.file, frame_rate, limits)
         if not text and voice is None and face is None:
             raise UploadError("text", "a turn needs text, audio or video")
+        session = session or store.create()
         turn = Turn("speaker", text, audio=None if voice is None else voice.samples,
                     sample_rate=None if voice is None else voice.sample_rate,
                     video=None if face is None else face.frames)
