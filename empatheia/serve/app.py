@@ -86,7 +86,7 @@ class ErrorBody(BaseModel):
     field: Optional[str] = None
 
 
-_ERRORS = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 500, 503)}
+_ERRORS = {status: {"model": ErrorBody} for status in (400, 404, 413, 415, 422, 500, 503, 504)}
 
 
 # ---------------------------------------------------------------------- limits
