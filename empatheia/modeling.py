@@ -4,7 +4,7 @@ Style Disentangler in one ``nn.Module`` (§4), with the four training stages' lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -500,6 +500,49 @@ class Empatheia(nn.Module):
             self._render(items, responses, animate)
         return responses[0] if single else responses
 
+    def respond_in_stages(
+        self,
+        dialogue: Dialogue,
+        max_new_tokens: Optional[int] = None,
+        speak: bool = False,
+        animate: bool = False,
+        avatar=None,
+    ) -> Iterator[Tuple[str, EmpatheticResponse]]:
+        """Answer one dialogue as :meth:`respond` does (greedy), handing the answer over
+        as each part becomes ready: ``("text", response)`` with the text, the Chain of
+        Empathy and the emotions; then, with ``speak``, ``("speech", response)`` with
+        ``response.audio``; then, with ``animate``, ``("video", response)`` with
+        ``response.video``. It is the same object each time, filled in further, so a
+        caller can show the text while the voice is still being made.
+
+        ``avatar`` (an :class:`empatheia.generators.base.Avatar`) speaks instead of the
+        listener's avatar from :meth:`avatars`: one that a caller keeps for itself, such
+        as a portrait a user uploaded, never enters the shared registry.
+        """
+        speak = speak or animate
+        was_training = self.training
+        self.eval()
+        # Grad mode is set per step, not around the yields: it is thread state, and the
+        # caller runs its own code between them.
+        try:
+            with torch.no_grad():
+                (response,) = self._respond(
+                    [dialogue], max_new_tokens, do_sample=False, temperature=1.0, top_p=1.0, speech_lengths=None, speak=speak
+                )
+        finally:
+            self.train(was_training)
+        yield "text", response
+        if not speak:
+            return
+        avatar = avatar if avatar is not None else self.avatars().for_profile(dialogue.listener_profile)
+        with torch.no_grad():
+            self._speak(response, avatar)
+        yield "speech", response
+        if animate:
+            with torch.no_grad():
+                self._animate(response, avatar)
+            yield "video", response
+
     # ================================================================== generators
     def generators(self):
         """The speech and talking-head generators of ``config.generators``, built on first
@@ -530,18 +573,23 @@ class Empatheia(nn.Module):
         return self._avatar_registry
 
     def _render(self, items: Sequence[Dialogue], responses: List[EmpatheticResponse], animate: bool) -> None:
-        speech, talking_head = self.generators()
         for dialogue, response in zip(items, responses):
             avatar = self.avatars().for_profile(dialogue.listener_profile)
-            response.avatar = avatar.key
-            response.avatar_profile = dict(avatar.profile or {})
-            response.voice_style = speech.describe_style(response.speech_style)
-            response.audio = speech.synthesize(response.text, response.speech_content, response.speech_style, avatar)
+            self._speak(response, avatar)
             if animate:
-                response.face_style = talking_head.describe_style(response.video_style)
-                response.video = talking_head.animate(
-                    response.audio, response.video_content, response.video_style, avatar.portrait
-                )
+                self._animate(response, avatar)
+
+    def _speak(self, response: EmpatheticResponse, avatar) -> None:
+        speech = self.generators()[0]
+        response.avatar = avatar.key
+        response.avatar_profile = dict(avatar.profile or {})
+        response.voice_style = speech.describe_style(response.speech_style)
+        response.audio = speech.synthesize(response.text, response.speech_content, response.speech_style, avatar)
+
+    def _animate(self, response: EmpatheticResponse, avatar) -> None:
+        talking_head = self.generators()[1]
+        response.face_style = talking_head.describe_style(response.video_style)
+        response.video = talking_head.animate(response.audio, response.video_content, response.video_style, avatar.portrait)
 
     def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
         lm = self.config.language_model

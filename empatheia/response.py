@@ -122,16 +122,36 @@ class EmpatheticResponse:
         ``index.html`` (the dialogue when given, the Chain of Empathy, the emotion
         probabilities and the answer's player) and, when generated, ``response.wav`` and
         ``response.mp4`` (H.264 with the speech muxed as AAC)."""
-        from .media import write_mp4, write_wav
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        if self.audio is not None:
-            write_wav(directory / "response.wav", self.audio.samples, self.audio.sample_rate)
-        if self.video is not None:
-            audio = self.audio.samples if self.audio is not None else None
-            rate = self.audio.sample_rate if self.audio is not None else None
-            write_mp4(directory / "response.mp4", self.video.frames, self.video.fps, audio, rate)
+        self.save_audio(directory)
+        self.save_video(directory)
+        return self.save_record(directory, dialogue)
+
+    def save_audio(self, directory: Union[str, Path]) -> Optional[Path]:
+        """Write ``response.wav`` into an existing ``directory`` when there is speech."""
+        from .media import write_wav
+
+        if self.audio is None:
+            return None
+        return write_wav(Path(directory) / "response.wav", self.audio.samples, self.audio.sample_rate)
+
+    def save_video(self, directory: Union[str, Path]) -> Optional[Path]:
+        """Write ``response.mp4`` (the speech muxed in) into an existing ``directory``
+        when there is a talking head."""
+        from .media import write_mp4
+
+        if self.video is None:
+            return None
+        audio = self.audio.samples if self.audio is not None else None
+        rate = self.audio.sample_rate if self.audio is not None else None
+        return write_mp4(Path(directory) / "response.mp4", self.video.frames, self.video.fps, audio, rate)
+
+    def save_record(self, directory: Union[str, Path], dialogue: Optional["Dialogue"] = None) -> Path:
+        """Write ``response.json``, ``index.html`` and ``features.safetensors`` into an
+        existing ``directory`` (the media files are :meth:`save_audio`'s and
+        :meth:`save_video`'s)."""
+        directory = Path(directory)
         (directory / "response.json").write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
         (directory / "index.html").write_text(response_page(self, dialogue), encoding="utf-8")
         save_file(self._features(), str(directory / "features.safetensors"))

@@ -110,3 +110,16 @@ def stage1_output(tmp_path_factory):
     out = tmp_path_factory.mktemp("previous")
     Empatheia.from_preset("tiny").save_pretrained(out / "final")
     return out
+
+
+def wav_bytes(seconds: float = 1.0, rate: int = 16000, seed: int = 0) -> bytes:
+    """A WAV file's bytes: a voiced-sounding tone with noise."""
+    import io
+
+    import soundfile
+
+    t = np.arange(int(seconds * rate)) / rate
+    noise = np.random.default_rng(seed).normal(0, 0.02, t.shape)
+    buffer = io.BytesIO()
+    soundfile.write(buffer, (0.3 * np.sin(2 * np.pi * 180 * t) + noise).astype("float32"), rate, format="WAV")
+    return buffer.getvalue()

@@ -197,3 +197,28 @@ def test_chain_emotions_that_share_a_first_token_are_an_error(model):
     twin = model.tokenizer.convert_tokens_to_string(first[:1]).strip() + "zzq"
     with pytest.raises(ValueError, match=r"chain_emotions: \[\['anxious', '" + twin + r"'\]\] share a first token"):
         chain_emotion_token_ids(model.tokenizer, ["anxious", twin, "happy"])
+
+
+def test_respond_in_stages_hands_over_text_then_voice_then_face(model):
+    dialogue = make_dialogue(1, video=False, gold=False)
+    staged = list(model.respond_in_stages(dialogue, max_new_tokens=3, animate=True))
+    assert [stage for stage, _ in staged] == ["text", "speech", "video"]
+    response = staged[-1][1]
+    assert all(r is response for _, r in staged)  # one answer, filled in further
+    whole = model.respond(dialogue, max_new_tokens=3, animate=True)
+    assert response.text == whole.text and response.avatar == whole.avatar
+    torch.testing.assert_close(response.audio.samples, whole.audio.samples)
+    assert response.video.frames.shape == whole.video.frames.shape
+    assert [stage for stage, _ in model.respond_in_stages(dialogue, max_new_tokens=3)] == ["text"]
+
+
+def test_respond_in_stages_speaks_with_the_avatar_it_is_given(model):
+    import numpy as np
+
+    from empatheia.generators.base import Avatar
+
+    mine = Avatar(key="mine", portrait=np.full((64, 64, 3), 90, np.uint8), voice="auto", profile={"gender": "male"})
+    dialogue = make_dialogue(1, audio=False, video=False)
+    *_, (stage, response) = model.respond_in_stages(dialogue, max_new_tokens=3, speak=True, avatar=mine)
+    assert stage == "speech" and response.avatar == "mine" and response.avatar_profile == {"gender": "male"}
+    assert model.avatars().get("mine") is None  # the caller's avatar stays the caller's
