@@ -23,11 +23,11 @@ def _small_head(width: int, signals: int) -> StyleDisentangler:
     return StyleDisentangler(config, width, signals)
 
 
-def _train_emotions(head: StyleDisentangler, inputs, classes: int, generator) -> None:
-    """150 AdamW steps of emotion cross-entropy on batches of 16 random labels;
+def _train_emotions(head: StyleDisentangler, inputs, classes: int, generator, steps: int = 150) -> None:
+    """``steps`` AdamW steps of emotion cross-entropy on batches of 16 random labels;
     ``inputs(labels)`` gives the head's arguments. Leaves the head in evaluation mode."""
     optimiser = torch.optim.AdamW(head.parameters(), lr=2e-3)
-    for _ in range(150):
+    for _ in range(steps):
         labels = torch.randint(0, classes, (16,), generator=generator)
         out = head(*inputs(labels))
         loss = torch.nn.functional.cross_entropy(out.emotion_logits, labels) + 1e-3 * out.kl.mean()
@@ -87,7 +87,7 @@ def test_head_reads_an_emotion_that_only_the_chain_slot_carries():
         states = fixed + 0.05 * torch.randn(labels.shape[0], signals, width, generator=gen)
         return states, states, directions[labels] + 0.1 * torch.randn(labels.shape[0], width, generator=gen)
 
-    _train_emotions(head, inputs, classes, gen)
+    _train_emotions(head, inputs, classes, gen, steps=300)
     labels = torch.arange(classes).repeat(8)
     states, _, chain = inputs(labels)
     with torch.no_grad():
