@@ -37,6 +37,8 @@ WINDOW = 0.03
 """Seconds of signal in each energy frame."""
 MIN_PAUSE = 0.1
 """Shortest silence (s) that counts as a pause."""
+CLOSED_PAUSE = 0.05
+"""Seconds a pause that :func:`pause_edit` closes is left with (a gap that does not count)."""
 SPEECH_FLOOR_DB = 30.0
 """A frame speaks when it is within this many dB of the utterance's loud frames."""
 F0_MIN, F0_MAX = 60.0, 500.0
@@ -120,6 +122,12 @@ def pitch_track(
     integration window is built from one FFT cross-correlation and two running energy
     sums, for all frames at once; the period is the first dip of the cumulative-mean-
     normalised ``d`` below ``threshold``, refined by a parabola through its neighbours.
+
+    Voicing has hysteresis (:func:`_grow_voicing`): a frame whose deepest dip is only
+    under :data:`VOICING_RELAXED` is voiced too when its pitch continues that of a voiced
+    neighbour. Rough or breathy vowels (half the vowel frames of the packaged Piper
+    voice) fail the strict threshold, and which of them pass flips with any processing,
+    so statistics over the strict frames alone jump on short utterances.
     """
     tau_min = int(sample_rate / F0_MAX)
     tau_max = int(np.ceil(sample_rate / F0_MIN))
@@ -139,11 +147,14 @@ def pitch_track(
     cmnd[:, 1:] = diff[:, 1:] * taus[1:] / np.maximum(running, 1e-12)
 
     inner = cmnd[:, 1:-1]
-    dips = (inner < threshold) & (inner <= cmnd[:, :-2]) & (inner <= cmnd[:, 2:])
-    dips[:, : max(0, tau_min - 1)] = False
+    minima = (inner <= cmnd[:, :-2]) & (inner <= cmnd[:, 2:])
+    minima[:, : max(0, tau_min - 1)] = False
+    dips = minima & (inner < threshold)
     found = dips.any(axis=1)
-    tau = dips.argmax(axis=1) + 1  # index into cmnd
+    deepest = np.where(minima, inner, np.inf).argmin(axis=1)
+    tau = np.where(found, dips.argmax(axis=1), deepest) + 1  # index into cmnd
     rows = np.arange(cmnd.shape[0])
+    maybe = ~found & minima.any(axis=1) & (cmnd[rows, tau] < VOICING_RELAXED)
     left, mid, right = cmnd[rows, tau - 1], cmnd[rows, tau], cmnd[rows, np.minimum(tau + 1, tau_max)]
     bend = left - 2.0 * mid + right
     offset = np.where(np.abs(bend) > 1e-12, 0.5 * (left - right) / np.where(bend == 0, 1, bend), 0.0)
@@ -152,9 +163,34 @@ def pitch_track(
     # Unvoiced: no dip, or too quiet to be speech (breath and room noise find dips too).
     db = 10.0 * np.log10(np.mean(block[:, :width] ** 2, axis=1) + 1e-10)
     loud = np.percentile(db, 95)
-    voiced = found & (db > loud - SPEECH_FLOOR_DB)
-    f0 = np.where(voiced, sample_rate / np.maximum(period, 1.0), 0.0)
-    return _drop_pitch_outliers(f0)
+    audible = db > loud - SPEECH_FLOOR_DB
+    f0 = sample_rate / np.maximum(period, 1.0)
+    voiced = _grow_voicing(found & audible, maybe & audible, f0)
+    return _drop_pitch_outliers(np.where(voiced, f0, 0.0))
+
+
+VOICING_RELAXED = 0.5
+"""A frame whose deepest YIN dip is under this (but none under the strict threshold) is
+voiced when its pitch continues a voiced neighbour's (:func:`_grow_voicing`)."""
+VOICING_CONTINUITY = 2.0
+"""Semitones the pitch may move from one 10 ms frame to the next while voicing grows."""
+
+
+def _grow_voicing(voiced: np.ndarray, maybe: np.ndarray, f0: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: ``voiced``, grown forwards then backwards through runs of ``maybe``
+    frames whose pitch ``f0`` ``(N,)`` stays within :data:`VOICING_CONTINUITY` semitones of
+    the frame before it. Unvoiced consonants seldom have a dip under the relaxed
+    threshold and almost never one that continues the vowel's pitch."""
+    voiced = voiced.copy()
+    semis = 12.0 * np.log2(np.maximum(f0, 1e-6))
+    close = np.abs(np.diff(semis)) < VOICING_CONTINUITY  # (N - 1,) frame k to k + 1
+    for k in range(1, voiced.shape[0]):  # one pass each way over a few hundred frames
+        if not voiced[k] and maybe[k] and voiced[k - 1] and close[k - 1]:
+            voiced[k] = True
+    for k in range(voiced.shape[0] - 2, -1, -1):
+        if not voiced[k] and maybe[k] and voiced[k + 1] and close[k]:
+            voiced[k] = True
+    return voiced
 
 
 def _drop_pitch_outliers(f0: np.ndarray) -> np.ndarray:
@@ -186,8 +222,13 @@ FORMANT_STEP = 1.0 / 24.0
 """Octaves between the points of the log-frequency grid the envelope is compared on."""
 FORMANT_GRID = 2.0 ** np.arange(np.log2(250.0), np.log2(5000.0), FORMANT_STEP)
 """``(104,)`` Hz: 250 Hz to 5 kHz, where the first three formants of all voices lie."""
-FORMANT_MAX_SHIFT = 10.0
-"""Largest envelope shift (semitones) :func:`formant_shift` looks for."""
+FORMANT_MAX_SHIFT = 7.0
+"""Largest envelope shift (semitones) :func:`formant_shift` looks for: beyond the
+timbres synthesis makes (``empatheia.generators.piper_speech.FEASIBLE``), and small
+enough that the shifted window's top (5 kHz x 2^(7/12) = 7.5 kHz) stays under the
+analysis Nyquist."""
+FORMANT_REACH = int(round(FORMANT_MAX_SHIFT / (12.0 * FORMANT_STEP)))
+""":data:`FORMANT_MAX_SHIFT` in grid steps."""
 FORMANT_GAIN = 0.92
 """Measured semitones of envelope shift per semitone of resampling (the band edges and
 the liftering take a little off); :func:`formant_shift` of ``resample(x, r)`` is about
@@ -209,64 +250,79 @@ Piper voice ``en_US-joe-medium`` (five sentences, plain style), detrended; the z
 ``formant_st``."""
 
 
-def voiced_envelope(x: np.ndarray) -> np.ndarray:
-    """``(T,)`` at :data:`ANALYSIS_RATE` -> ``(104,)`` long-term envelope (dB on
-    :data:`FORMANT_GRID`, linear trend removed; zeros when nothing is voiced).
+def voiced_envelope(x: np.ndarray, reach: int = 0, f0: Optional[np.ndarray] = None) -> np.ndarray:
+    """``(T,)`` at :data:`ANALYSIS_RATE` -> ``(104 + 2 reach,)`` long-term envelope in dB on
+    :data:`FORMANT_GRID` widened by ``reach`` grid steps at both ends (zeros when nothing
+    is voiced). With ``reach`` 0 its linear trend is removed; a wider envelope is left
+    as it is, for :func:`formant_shift` to detrend each window it compares. ``f0``
+    ``(N,)``: the :func:`pitch_track` of ``x`` when it is at hand.
 
     Each speaking, voiced 32 ms frame's log spectrum is liftered to its first 30
     cepstral coefficients (under 1.9 ms, below any pitch period, so the harmonics go
     and the formants stay), set to 0 dB at its peak, and the frames are averaged."""
     length, hop = 512, int(round(HOP * ANALYSIS_RATE))
+    grid = FORMANT_GRID[0] * 2.0 ** ((np.arange(FORMANT_GRID.shape[0] + 2 * reach) - reach) * FORMANT_STEP)
     block = frames(x, length, hop) * np.hanning(length)
     log_power = np.log(np.abs(np.fft.rfft(block, length)) ** 2 + 1e-10)
     cepstrum = np.fft.irfft(log_power, length)
     cepstrum[:, 30 : length - 29] = 0.0
     envelope_db = np.fft.rfft(cepstrum, length).real * (10.0 / np.log(10.0))
     db = frame_db(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
-    f0 = pitch_track(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
+    f0 = (pitch_track(x, ANALYSIS_RATE) if f0 is None else f0)[: envelope_db.shape[0]]
     use = speech_mask(db) & (f0 > 0)
     if use.sum() < 3:
-        return np.zeros(FORMANT_GRID.shape[0])
+        return np.zeros(grid.shape[0])
     chosen = envelope_db[use] - envelope_db[use].max(axis=1, keepdims=True)
-    on_grid = chosen.mean(axis=0) @ _grid_interpolation(length)
-    t = np.arange(on_grid.shape[0])
-    return on_grid - np.polyval(np.polyfit(t, on_grid, 1), t)
+    on_grid = chosen.mean(axis=0) @ _grid_interpolation(length, grid)
+    return _detrend(on_grid) if reach == 0 else on_grid
 
 
-def _grid_interpolation(n_fft: int) -> np.ndarray:
-    """``(n_fft // 2 + 1, 104)`` linear interpolation from FFT bins to :data:`FORMANT_GRID`."""
-    position = FORMANT_GRID / (ANALYSIS_RATE / n_fft)
+def _detrend(values: np.ndarray) -> np.ndarray:
+    """``(..., n)`` -> the same with each row's least-squares line removed."""
+    t = np.arange(values.shape[-1]) - (values.shape[-1] - 1) / 2.0
+    centred = values - values.mean(axis=-1, keepdims=True)
+    slope = (centred @ t) / (t @ t)
+    return centred - slope[..., None] * t
+
+
+def _grid_interpolation(n_fft: int, grid: np.ndarray = FORMANT_GRID) -> np.ndarray:
+    """``(n_fft // 2 + 1, len(grid))`` linear interpolation from FFT bins to ``grid`` (Hz)."""
+    position = grid / (ANALYSIS_RATE / n_fft)
     low = np.floor(position).astype(int)
-    weights = np.zeros((n_fft // 2 + 1, FORMANT_GRID.shape[0]))
-    columns = np.arange(FORMANT_GRID.shape[0])
+    weights = np.zeros((n_fft // 2 + 1, grid.shape[0]))
+    columns = np.arange(grid.shape[0])
     weights[low, columns] = 1.0 - (position - low)
     weights[low + 1, columns] = position - low
     return weights
 
 
-def formant_shift(x: np.ndarray) -> float:
+def formant_shift(x: np.ndarray, f0: Optional[np.ndarray] = None) -> float:
     """Semitones by which the voiced envelope of ``x`` (at :data:`ANALYSIS_RATE`) sits
     above :data:`VOICE_ENVELOPE`: the lag of the best correlation between the two on the
     log-frequency grid (parabola-refined, within :data:`FORMANT_MAX_SHIFT`); 0 when
-    nothing is voiced."""
-    envelope = voiced_envelope(x)
+    nothing is voiced. ``f0`` ``(N,)``: the :func:`pitch_track` of ``x`` when it is at hand.
+
+    Every lag compares the whole reference with a window of the same 104 points of the
+    envelope measured on a grid that much wider, each window detrended on its own. A
+    window that shrank with the lag (the overlap of two fixed 104-point envelopes)
+    would let the extreme lags win by matching a few points, and a shifted envelope's
+    tilt would count against it."""
+    reach = FORMANT_REACH
+    envelope = voiced_envelope(x, reach, f0)
     if not np.any(envelope):
         return 0.0
-    reach = int(round(FORMANT_MAX_SHIFT / (12.0 * FORMANT_STEP)))
-    lags = np.arange(-reach, reach + 1)
-    n = envelope.shape[0]
-    scores = np.empty(lags.shape[0])
-    for i, lag in enumerate(lags):  # 41 lags of a 104-point correlation
-        mine = envelope[lag:] if lag >= 0 else envelope[: n + lag]
-        theirs = VOICE_ENVELOPE[: n - lag] if lag >= 0 else VOICE_ENVELOPE[-lag:]
-        scores[i] = np.corrcoef(mine, theirs)[0, 1]
+    n = FORMANT_GRID.shape[0]
+    windows = _detrend(np.lib.stride_tricks.sliding_window_view(envelope, n))  # (2 reach + 1, 104)
+    reference = _detrend(VOICE_ENVELOPE)
+    norms = np.linalg.norm(windows, axis=1) * np.linalg.norm(reference)
+    scores = windows @ reference / np.maximum(norms, 1e-12)  # (2 reach + 1,), lag -reach .. reach
     best = int(np.argmax(scores))
     offset = 0.0
-    if 0 < best < lags.shape[0] - 1:
+    if 0 < best < scores.shape[0] - 1:
         bend = scores[best - 1] - 2.0 * scores[best] + scores[best + 1]
         if bend < 0:
             offset = 0.5 * (scores[best - 1] - scores[best + 1]) / bend
-    return float((lags[best] + offset) * FORMANT_STEP * 12.0)
+    return float((best - reach + offset) * FORMANT_STEP * 12.0)
 
 
 def measure_formant(x: np.ndarray, sample_rate: int) -> float:
@@ -340,11 +396,9 @@ def measure(x: np.ndarray, sample_rate: int) -> Prosody:
     """The :class:`Prosody` of a ``(T,)`` mono waveform (resampled to
     :data:`ANALYSIS_RATE` first)."""
     x = _at_analysis_rate(x, sample_rate)
-    pitch_hz, pitch_range = _pitch_statistics(x)
+    f0 = pitch_track(x, ANALYSIS_RATE)
+    pitch_hz, pitch_range = _pitch_statistics(f0)
     db = frame_db(x, ANALYSIS_RATE)
-    starts, ends, first, last = pauses(db)
-    span = max(last - first, 1)
-    paused = int(np.sum(ends - starts))
     speaking = speech_mask(db)
     power = np.mean(10.0 ** (db[speaking] / 10.0)) if speaking.any() else 1e-10
     return Prosody(
@@ -352,8 +406,8 @@ def measure(x: np.ndarray, sample_rate: int) -> Prosody:
         pitch_hz=pitch_hz,
         pitch_range=pitch_range,
         energy_db=float(10.0 * np.log10(power + 1e-10)),
-        pause_ratio=float(paused / span),
-        formant_st=formant_shift(x),
+        pause_ratio=_pause_ratio(db),
+        formant_st=formant_shift(x, f0),
     )
 
 
@@ -363,9 +417,19 @@ def measure_rate(x: np.ndarray, sample_rate: int) -> float:
     return _rate(x, frame_db(x, ANALYSIS_RATE))
 
 
+def measure_pause_ratio(x: np.ndarray, sample_rate: int) -> float:
+    """``Prosody.pause_ratio`` alone."""
+    return _pause_ratio(frame_db(_at_analysis_rate(x, sample_rate), ANALYSIS_RATE))
+
+
+def _pause_ratio(db: np.ndarray) -> float:
+    starts, ends, first, last = pauses(db)
+    return float(np.sum(ends - starts) / max(last - first, 1))
+
+
 def measure_pitch(x: np.ndarray, sample_rate: int) -> Tuple[float, float]:
     """``(Prosody.pitch_hz, Prosody.pitch_range)`` alone."""
-    return _pitch_statistics(_at_analysis_rate(x, sample_rate))
+    return _pitch_statistics(pitch_track(_at_analysis_rate(x, sample_rate), ANALYSIS_RATE))
 
 
 def _at_analysis_rate(x: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -379,8 +443,8 @@ def _rate(x: np.ndarray, db: np.ndarray) -> float:
     return change_rate(x, ANALYSIS_RATE, speech_mask(db)) / speaking_time
 
 
-def _pitch_statistics(x: np.ndarray) -> Tuple[float, float]:
-    f0 = pitch_track(x, ANALYSIS_RATE)
+def _pitch_statistics(f0: np.ndarray) -> Tuple[float, float]:
+    """``(median Hz, range st)`` of a ``(N,)`` pitch track's voiced frames."""
     voiced = f0 > 0
     if not voiced.any():
         return 0.0, 0.0
@@ -562,16 +626,24 @@ def pause_edit(x: np.ndarray, sample_rate: int, target_ratio: float, edge: float
     want = target * speaking / (1.0 - target)
     lengths = _share_pauses((ends - starts) * HOP, want)
 
-    # Cut in the middle of each pause (keeping 20 ms of its edges), insert silence.
+    # Cut in the middle of each pause (keeping 20 ms of its edges, where the speech fades
+    # out and in), insert silence. A gap opened between words has no silent edges to
+    # keep: it gets its whole length, or nothing when it is not to be a pause.
     margin = int(round(0.02 * sample_rate))
     pieces = []
     cursor = max(0, first * hop - int(round(edge * sample_rate)))
     for start, end, length in zip(starts, ends, lengths):
-        cut_in = min(start * hop + margin, x.shape[0])
-        cut_out = min(max(end * hop - margin, start * hop + margin), x.shape[0])
-        cut_in = max(cut_in, cursor)
+        silence = int(round(length * sample_rate))
+        if end > start:
+            cut_in, cut_out = start * hop + margin, max(end * hop - margin, start * hop + margin)
+            silence -= 2 * margin
+        else:
+            cut_in = cut_out = start * hop
+            silence = silence if length > CLOSED_PAUSE else 0
+        cut_in = max(min(cut_in, x.shape[0]), cursor)
+        cut_out = min(cut_out, x.shape[0])
         pieces.append((cursor, cut_in, cut_in - cursor, False))
-        pieces.append((cut_in, max(cut_out, cut_in), max(0, int(round(length * sample_rate)) - 2 * margin), True))
+        pieces.append((cut_in, max(cut_out, cut_in), max(0, silence), True))
         cursor = max(cut_out, cut_in)
     stop = max(cursor, min(x.shape[0], last * hop))
     pieces.append((cursor, stop, stop - cursor, False))
@@ -590,9 +662,10 @@ def resample_labels(labels: np.ndarray, ratio: float) -> np.ndarray:
 
 def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.ndarray]:
     """Zero-length pauses at the deepest loudness dips between ``first`` and ``last``,
-    at least 0.5 s apart and 0.3 s from the ends, one per ~1.5 s."""
+    at least 0.5 s apart and 0.2 s from the ends (so that a two-word answer of half a
+    second has a place for one), one per ~1.5 s."""
     smooth = np.convolve(db, np.ones(5) / 5.0, mode="same")
-    margin = int(0.3 / HOP)
+    margin = int(round(0.2 / HOP))
     inner = np.arange(first + margin, last - margin)
     if inner.size == 0:
         return np.zeros(0, int), np.zeros(0, int)
@@ -610,12 +683,13 @@ def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.nd
 
 def _share_pauses(current: np.ndarray, want: float) -> np.ndarray:
     """New lengths (s) for pauses of ``current`` lengths so that those that stay pauses
-    add up to ``want``; the rest become 50 ms gaps. A kept pause is at least
-    :data:`MIN_PAUSE` + 50 ms long, since the speech around it fades into its edges."""
+    add up to ``want``; the rest become :data:`CLOSED_PAUSE` gaps. A kept pause is at
+    least :data:`MIN_PAUSE` + :data:`WINDOW` long: the frames whose window reaches into
+    the speech around it do not count as silent."""
     count = current.shape[0]
     if count == 0:
         return current
-    short, shortest = 0.05, MIN_PAUSE + 0.05
+    short, shortest = CLOSED_PAUSE, MIN_PAUSE + WINDOW
     keep = min(count, int(round(want / shortest)))
     lengths = np.full(count, short)
     if keep == 0:
