@@ -34,9 +34,11 @@ by a gain with a peak limiter. Every step aims at what :meth:`style_features` wi
 measure, in closed loops: the rate and the formant over up to ``max_passes`` Piper
 runs (each finished waveform measured, the next run corrected; the envelope measure
 reads a short text's vowels as a steady offset of a semitone or so, which one
-correction takes out), the pitch over up to :data:`PITCH_PASSES` shifts, the pauses
-over up to :data:`PAUSE_PASSES` edits; of each loop the try closest to the request (in
-z units, over all descriptors for the runs) is kept.
+correction takes out), the pitch over up to ``prosody.PITCH_PASSES`` shifts
+(:func:`~empatheia.generators.prosody.set_pitch`), the pauses over up to
+``prosody.PAUSE_PASSES`` edits (:func:`~empatheia.generators.prosody.set_pauses`); of
+each loop the try closest to the request (in z units, over all descriptors for the
+runs) is kept.
 Requests outside what the voice can do are clamped (:data:`FEASIBLE`).
 
 Alignment: every waveform carries ``alignment`` ``(T,)``, the row of C^s (0..Ls-1)
@@ -119,6 +121,9 @@ _NORMS: Dict[str, Tuple[float, float]] = {
     "pause_ratio": (0.12, 0.1),
     "formant": (0.0, 2.0),
 }
+_PITCH_SCALES = (_NORMS["pitch"][1], _NORMS["pitch_range"][1])
+"""What one z unit of pitch and of pitch range is, in semitones: :func:`prosody.set_pitch`
+weighs its misses as S^s and its agreement count them."""
 FEASIBLE: Dict[str, Tuple[float, float]] = {
     "rate": (5.0, 18.0),
     "pitch": (65.0, 400.0),
@@ -147,20 +152,6 @@ FORMANT_TOLERANCE = 0.3
 FORMANT_CORRECTION = 2.0
 """Most semitones the resampling is moved from the target to make up for what the
 formant measure reads in a text's vowels."""
-PITCH_PASSES = 5
-"""Pitch shifts tried per waveform (:meth:`PiperSpeech._set_pitch`)."""
-PITCH_TOLERANCE = 0.05
-"""z units (pitch + pitch range) under which a pitch shift is kept as it is."""
-MAX_CONTOUR_GAIN = 6.0
-"""Most the intonation contour is scaled by to widen the pitch range."""
-MAX_EXCURSION = 6.0
-"""Semitones from the median that a scaled contour approaches but does not pass."""
-PITCH_BRIDGE = 0.1
-"""Seconds of unvoiced frames between voiced ones that the pitch shift moves with them."""
-PAUSE_PASSES = 5
-"""Pause edits tried per waveform (:meth:`PiperSpeech._set_pauses`)."""
-PAUSE_TOLERANCE = 0.01
-"""Pause ratio miss under which a pause edit is kept as it is."""
 
 
 @dataclass(frozen=True)
@@ -351,8 +342,8 @@ class PiperSpeech(SpeechGenerator):
         style_dim: int = 16,
         model_path: Optional[PathLike] = None,
         register_band: float = 1.0,
-        max_passes: int = 3,
-        rate_tolerance: float = 0.08,
+        max_passes: int = 5,
+        rate_tolerance: float = 0.03,
     ):
         if style_dim < REQUIRED_DESCRIPTORS:
             raise ValueError(f"style_dim must be >= {REQUIRED_DESCRIPTORS} (the prosody descriptors), got {style_dim}")
@@ -546,8 +537,8 @@ class PiperSpeech(SpeechGenerator):
             # The pitch shift roughens phone transitions a little and re-timed pauses move
             # the speaking time, both of which the rate measure sees: the loop measures
             # the finished waveform.
-            wave = self._set_pitch(wave, target.pitch_hz, target.pitch_range)
-            wave, labels = self._set_pauses(wave, labels, target.pause_ratio)
+            wave = prosody.set_pitch(wave, self.sample_rate, target.pitch_hz, target.pitch_range, _PITCH_SCALES)
+            wave, labels = prosody.set_pauses(wave, labels, self.sample_rate, target.pause_ratio)
             wave = prosody.set_energy(wave, self.sample_rate, target.energy_db)
             measured = prosody.measure(wave, self.sample_rate)
             error = float(np.linalg.norm(encode_style(measured, len(DESCRIPTORS)).numpy()[:dims] - goal))
@@ -574,35 +565,6 @@ class PiperSpeech(SpeechGenerator):
             )
         # The measures are noisy at the scale of a few events and frames: the closest pass wins.
         return best
-
-    def _set_pauses(self, wave: np.ndarray, labels: np.ndarray, ratio: float) -> Tuple[np.ndarray, np.ndarray]:
-        """Re-time the pauses of ``wave`` ``(T,)`` and its ``labels`` ``(T,)`` so that the
-        measured pause ratio comes closest to ``ratio``.
-
-        :func:`prosody.pause_edit` aims at a ratio from the pauses' lengths, but the
-        measure counts only silences of :data:`prosody.MIN_PAUSE` after the speech
-        around them has faded, so a short pause may not count at all and a short answer
-        has few ratios to offer. The edit is redone with the ratio it is asked for
-        corrected by what it missed, then bisected between a try that came out short
-        and one that came out long; the closest of :data:`PAUSE_PASSES` tries is kept."""
-        asked, low, high = ratio, None, None
-        best, best_error = None, np.inf
-        for _ in range(PAUSE_PASSES):
-            edit = prosody.pause_edit(wave, self.sample_rate, asked)
-            got = prosody.measure_pause_ratio(edit.apply(wave), self.sample_rate)
-            if abs(got - ratio) < best_error:
-                best, best_error = edit, abs(got - ratio)
-            if best_error < PAUSE_TOLERANCE:
-                break
-            if got < ratio:
-                low = asked
-            else:
-                high = asked
-            if low is not None and high is not None:
-                asked = 0.5 * (low + high)
-            else:
-                asked = float(np.clip(asked + (ratio - got), 0.0, 0.8))
-        return best.apply(wave), best.apply_to_labels(labels)
 
     def _piper(self, sentences: List[List[int]], length_scale: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
         """Raw Piper audio of the sentences (phoneme ids without BOS/EOS/padding), joined
@@ -650,94 +612,8 @@ class PiperSpeech(SpeechGenerator):
             label_pieces.extend([np.repeat(units, samples), gap_labels])
         return np.concatenate(pieces[:-1]), np.concatenate(label_pieces[:-1])
 
-    def _set_pitch(self, wave: np.ndarray, target_hz: float, target_range: float) -> np.ndarray:
-        """Shift the pitch so that its median lands on ``target_hz`` and its spread on
-        ``target_range`` semitones; measured corrections follow (at most
-        :data:`PITCH_PASSES` shifts in all, the closest kept), since the shifter and the
-        tracker do not realise a request exactly.
-
-        The spread is changed by scaling the intonation contour (the voiced pitch,
-        bridged over unvoiced gaps and smoothed over 150 ms) around the median: the
-        slow phrase-level movement a listener hears as lively or flat. Scaling the
-        frame-level jitter instead would only roughen the voice.
-        """
-        f0 = prosody.pitch_track(wave, self.sample_rate)
-        voiced = f0 > 0
-        if voiced.sum() < 3:
-            return wave
-        semis = prosody.semitones(f0[voiced])
-        centre = float(np.median(semis))
-        frames = np.arange(f0.shape[0])
-        bridged = np.interp(frames, frames[voiced], semis)
-        contour = np.convolve(np.pad(bridged, 7, mode="edge"), np.ones(15) / 15.0, mode="valid") - centre
-        # The shifter moves only the frames it is told are voiced; a vowel frame the
-        # tracker missed would keep its old pitch beside shifted ones, and the measure
-        # would read a mixture. Short gaps between voiced frames are shifted with them.
-        marks = np.where(_inner_gaps(voiced, int(round(PITCH_BRIDGE / prosody.HOP))), 100.0 * 2.0 ** (bridged / 12.0), f0)
-        have_hz, _ = prosody.measure_pitch(wave, self.sample_rate)
-        target = float(prosody.semitones(np.asarray(target_hz)))
-        offset = target - float(prosody.semitones(np.asarray(max(have_hz, 1.0))))
-        # The spread the measure will read at a gain, if the shifter were exact and the
-        # same frames stayed voiced: a short answer's few voiced stretches make it far
-        # from proportional to the gain, and the excursions are bounded.
-        deviation, along = semis - centre, contour[voiced]
-        asked = target_range
-        gain = _gain_for(deviation, along, asked)
-        pitch_scale, range_scale = _NORMS["pitch"][1], _NORMS["pitch_range"][1]
-        best, best_error = wave, np.inf
-        for _ in range(PITCH_PASSES):
-            shift = offset + _excursion(bridged - centre, contour, gain) - (bridged - centre)
-            out = prosody.shift_pitch(wave, self.sample_rate, marks, 2.0 ** (shift / 12.0))
-            # Measured as style_features will measure it, so that the loop aims at that.
-            got_hz, got_range = prosody.measure_pitch(out, self.sample_rate)
-            if got_hz <= 0:
-                break
-            miss = target - float(prosody.semitones(np.asarray(got_hz)))
-            # In z units, as S^s and its agreement count them.
-            error = abs(miss) / pitch_scale + abs(target_range - got_range) / range_scale
-            if error < best_error:
-                best, best_error = out, error
-            if error < PITCH_TOLERANCE:
-                break
-            offset += miss
-            asked = max(asked + target_range - got_range, 0.0)
-            gain = _gain_for(deviation, along, asked)
-        return best
-
     def fingerprint(self) -> str:
         return f"PiperSpeech/{self.model_path.stem}/prosody-v3/phonemes-flushed/c{self.features.content_dim}/s{self.features.style_dim}"
-
-
-def _excursion(deviation: np.ndarray, contour: np.ndarray, gain: float) -> np.ndarray:
-    """Semitones from the median ``(N,)`` for frames at ``deviation`` ``(N,)`` when the
-    contour ``(N,)`` is scaled by ``gain``, softly bounded at :data:`MAX_EXCURSION`. A
-    phrase's final fall scaled with the rest would sink far under the voice (and a high
-    stretch past the tracker's octave check), where the tracker no longer finds it: the
-    measured spread would then shrink as the gain grows."""
-    return MAX_EXCURSION * np.tanh((deviation + (gain - 1.0) * contour) / MAX_EXCURSION)
-
-
-def _gain_for(deviation: np.ndarray, contour: np.ndarray, spread: float) -> float:
-    """The contour gain (0 .. :data:`MAX_CONTOUR_GAIN`) at which voiced frames that sit
-    ``deviation`` ``(V,)`` semitones from their median, moved as :func:`_excursion` moves
-    them along ``contour`` ``(V,)``, have a measured spread (1.4826 x MAD) closest to
-    ``spread``."""
-    gains = np.linspace(0.0, MAX_CONTOUR_GAIN, 121)  # (G,)
-    moved = _excursion(deviation[None, :], contour[None, :], gains[:, None])  # (G, V)
-    centred = moved - np.median(moved, axis=1, keepdims=True)
-    spreads = 1.4826 * np.median(np.abs(centred), axis=1)
-    return float(gains[np.argmin(np.abs(spreads - spread))])
-
-
-def _inner_gaps(voiced: np.ndarray, longest: int) -> np.ndarray:
-    """``(N,)`` bool: ``voiced`` plus its unvoiced runs of at most ``longest`` frames that
-    have voiced frames on both sides."""
-    starts, ends = prosody.runs(~voiced)
-    filled = voiced.copy()
-    for start, end in zip(starts, ends):
-        if start > 0 and end < voiced.shape[0] and end - start <= longest:
-            filled[start:end] = True
-    return filled
 
 
 DEFAULT_HOP_LENGTH = 256
