@@ -18,8 +18,9 @@ Prints, over all S^s dims (what the evaluation reports):
   also for the ``speech_style_realised`` the run stored (a replay of the same code gives
   the same numbers), and the ceiling: the cosine if every descriptor were realised
   exactly and the dims no descriptor holds came back 0, as they must;
-* per dim: the mean request and realisation, the mean absolute error (z) and the
-  correlation of realisation with request over the answers;
+* per dim: the range and mean of the requests, the mean realisation, the mean absolute
+  error (z) on and off the frame grid (below), how far the two readings of one waveform
+  differ, and the correlation of realisation with request over the answers;
 * ``off-grid``: the cosine when the same waveforms are measured 3.3 ms later (a third of
   an analysis hop, so every frame boundary moves): a realisation that only fits the
   measure's frame grid, not the voice, loses agreement there;
@@ -86,16 +87,18 @@ def cosine_line(name: str, requested: np.ndarray, realised: np.ndarray) -> str:
 
 
 def per_dim_table(requested: np.ndarray, realised: np.ndarray, off_grid: np.ndarray) -> None:
-    """Mean request and realisation, mean |error| (on and off the frame grid), how far
-    the two measurements of one waveform differ, and the correlation of realisation with
-    request, per descriptor dim (the dims past the descriptors only as their largest
-    request); ``(N, D)`` each."""
-    print(f"  {'dim':<12s} {'req mean':>9s} {'real mean':>9s} {'|err| z':>8s} {'off-grid':>8s} {'|grid diff|':>11s} {'corr':>6s}")
+    """Range and mean of the requests, mean realisation, mean |error| (on and off the frame
+    grid), how far the two measurements of one waveform differ, and the correlation of
+    realisation with request, per descriptor dim (the dims past the descriptors only as
+    their largest request); ``(N, D)`` each."""
+    print(f"  {'dim':<12s} {'req range':>13s} {'req mean':>9s} {'real mean':>9s} {'|err| z':>8s} {'off-grid':>8s} "
+          f"{'|grid diff|':>11s} {'corr':>6s}")
     for i, name in enumerate(DESCRIPTORS[: requested.shape[1]]):
         a, b, c = requested[:, i], realised[:, i], off_grid[:, i]
         corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 1e-9 and b.std() > 1e-9 else float("nan")
-        print(f"  {name:<12s} {a.mean():+9.3f} {b.mean():+9.3f} {np.abs(a - b).mean():8.3f} {np.abs(a - c).mean():8.3f} "
-              f"{np.abs(b - c).mean():11.3f} {corr:6.2f}")
+        span = f"{a.min():+.2f}..{a.max():+.2f}"
+        print(f"  {name:<12s} {span:>13s} {a.mean():+9.3f} {b.mean():+9.3f} {np.abs(a - b).mean():8.3f} "
+              f"{np.abs(a - c).mean():8.3f} {np.abs(b - c).mean():11.3f} {corr:6.2f}")
     rest = requested[:, len(DESCRIPTORS):]
     if rest.size:
         print(f"  dims {len(DESCRIPTORS)}-{requested.shape[1] - 1}: no descriptor; largest |request| {np.abs(rest).max():.3f}, "
