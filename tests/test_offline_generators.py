@@ -401,6 +401,14 @@ def test_a_short_answer_takes_the_tempo_and_timbre_asked(speech, rate, formant):
     assert abs(float(got[FORMANT]) - formant) < 0.3, got[:6].tolist()
 
 
+@pytest.mark.xfail(strict=True, reason="the envelope of these few vowels lowered by 3 st or more matches the voice's "
+                   "best several semitones higher: the formant measure cannot read it, so the loop cannot aim at it")
+def test_a_short_answer_of_few_vowels_takes_a_lowered_timbre(speech):
+    wave = speech.synthesize("Wow! That's awesome!", None, speech_style(12, formant=-1.0), plain())
+    got = speech.measure(wave)
+    assert abs(float(got[FORMANT]) + 1.0) < 0.3, got[:6].tolist()
+
+
 def full_video_style(emotion, intensity, gaze_x=0.0, gaze_y=0.0, motion=0.0, dim=16):
     style = video_style(dim, emotion, intensity) if emotion else torch.zeros(dim)
     style[GAZE_X], style[GAZE_Y] = gaze_x, gaze_y
