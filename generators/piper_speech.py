@@ -33,8 +33,8 @@ silences between sentences and clauses (or opening some at word boundaries); ene
 by a gain with a peak limiter. Every step aims at what :meth:`style_features` will
 measure, in closed loops: the rate and the formant over up to ``max_passes`` Piper
 runs (each finished waveform measured, the next run corrected; the envelope measure
-reads a short text's vowels as a steady offset of a semitone or so, which one
-correction takes out), the pitch over up to ``prosody.PITCH_PASSES`` shifts
+reads a short text's vowels as a steady offset, of which the correction takes out up to
+:data:`FORMANT_CORRECTION`), the pitch over up to ``prosody.PITCH_PASSES`` shifts
 (:func:`~empatheia.generators.prosody.set_pitch`), the pauses over up to
 ``prosody.PAUSE_PASSES`` edits (:func:`~empatheia.generators.prosody.set_pauses`); of
 each loop the try closest to the request (in z units, over all descriptors for the
@@ -332,8 +332,10 @@ class PiperSpeech(SpeechGenerator):
             package ships (its ``.onnx.json`` config must sit beside it).
         register_band: multiplier of :data:`REGISTER_BAND`, how far a style can move an
             ``"auto"`` or clip voice from its register (0: not at all), > 0 or ``inf``.
-        max_passes: Piper runs per utterance for the rate loop (1 = no correction).
-        rate_tolerance: relative rate error at which the loop stops.
+        max_passes: Piper runs per utterance for the rate and formant loop (1 = no
+            correction).
+        rate_tolerance: relative rate error at which the loop stops (with the formant
+            within :data:`FORMANT_TOLERANCE`); above the rate measure's own noise.
     """
 
     def __init__(

@@ -128,8 +128,8 @@ def pitch_track(
 
     Voicing has hysteresis (:func:`_grow_voicing`): a frame whose deepest dip is only
     under :data:`VOICING_RELAXED` is voiced too when its pitch continues that of a voiced
-    neighbour. Rough or breathy vowels (half the vowel frames of the packaged Piper
-    voice) fail the strict threshold, and which of them pass flips with any processing,
+    neighbour. Rough or breathy vowels (many of the packaged Piper voice's vowel
+    frames) fail the strict threshold, and which of them pass flips with any processing,
     so statistics over the strict frames alone jump on short utterances.
     """
     tau_min = int(sample_rate / F0_MAX)
@@ -334,9 +334,9 @@ def _correlation_peak(scores: np.ndarray) -> float:
 
     A short answer has few vowels, its envelope matches the reference weakly at every
     lag, and the scores at an end of the search can come out a hair above a real peak
-    inside it, or not, depending on which frames the tracker voiced: a reading that
-    jumped between +2 and +7 semitones as the frame grid moved by a millisecond. An
-    end is no peak: the search spans every shift synthesis makes, with room to spare."""
+    inside it, or not, depending on which frames the tracker voiced: the reading jumped
+    between that peak and the end as the frame grid moved. An end is no peak: the search
+    spans every shift synthesis makes, with room to spare."""
     inner = np.flatnonzero((scores[1:-1] >= scores[:-2]) & (scores[1:-1] >= scores[2:])) + 1
     if inner.size == 0:
         return float(np.argmax(scores))
