@@ -1,7 +1,7 @@
 """How well the offline generators realise a requested style: request, synthesise or
 render, measure back, compare.
 
-    python bench/bench_style_realisation.py [--quick]
+    python bench/bench_style_realisation.py [--quick] [--only speech|video]
 
 For each emotion at a few intensities, over avatar profiles (child, young, middle-aged,
 elderly; female, male; high, mid, low timbre), the S^s request is the training data's
@@ -62,15 +62,8 @@ def table(name: str, dims, rows) -> None:
     print(f"  cosine: mean {cosines.mean():.3f}, min {cosines.min():.3f}, share >= 0.9: {np.mean(cosines >= 0.9):.2f}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one intensity per emotion")
-    args = parser.parse_args()
-    intensities = (0.8,) if args.quick else (0.5, 1.0)
-    video_intensities = (0.8,) if args.quick else (0.4, 0.7, 1.0)
-
-    speech = PiperSpeech(content_dim=64, style_dim=16)
-    plain = Avatar("plain", np.zeros((8, 8, 3), np.uint8), "en_US-joe-medium", {})
+def speech_table(speech: PiperSpeech, plain: Avatar, intensities) -> None:
+    """Each emotion's S^s at ``intensities`` over the profiles, spoken by the plain voice."""
     width = len(DESCRIPTORS)
     rows, started = [], time.perf_counter()
     for e, emotion in enumerate(EMOTIONS):
@@ -82,16 +75,33 @@ def main() -> None:
             rows.append((label, request[:width], speech.measure(wave)[:width]))
     table(f"S^s (Piper, plain voice; {time.perf_counter() - started:.0f} s)", DESCRIPTORS, rows)
 
+
+def video_table(speech: PiperSpeech, plain: Avatar, intensities) -> None:
+    """Each emotion's S^v at ``intensities``, rendered over the profiles' portraits (the
+    mouth driven by the plain voice's speech)."""
     renderer = AvatarRenderer(content_dim=32, style_dim=16)
     spoken = speech.synthesize(TEXTS[0], None, torch.zeros(16), plain)
     portraits = [default_portrait(p, seed) for seed, p in enumerate(PROFILES)]
     rows, started = [], time.perf_counter()
     for e, emotion in enumerate(EMOTIONS):
-        for k, intensity in enumerate(video_intensities):
+        for k, intensity in enumerate(intensities):
             request = video_style(emotion, intensity, 16)
             frames = renderer.animate(spoken, None, request, portraits[(e + k) % len(portraits)]).frames.numpy()
             rows.append((f"{emotion} {intensity:.1f}", request[:FULL_STYLE_WIDTH], renderer.measure(frames)[:FULL_STYLE_WIDTH]))
     table(f"S^v (avatar renderer; {time.perf_counter() - started:.0f} s)", VIDEO_DIMS, rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one intensity per emotion")
+    parser.add_argument("--only", choices=("speech", "video"), default=None, help="measure one generator alone")
+    args = parser.parse_args()
+    speech = PiperSpeech(content_dim=64, style_dim=16)
+    plain = Avatar("plain", np.zeros((8, 8, 3), np.uint8), "en_US-joe-medium", {})
+    if args.only != "video":
+        speech_table(speech, plain, (0.8,) if args.quick else (0.5, 1.0))
+    if args.only != "speech":
+        video_table(speech, plain, (0.8,) if args.quick else (0.4, 0.7, 1.0))
 
 
 if __name__ == "__main__":

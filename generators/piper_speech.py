@@ -24,14 +24,21 @@ Age, gender and timbre have no dims of their own: they are what a listener hears
 pitch register (dim 1), the vocal-tract length (dim 5) and the tempo (dim 0), so a style
 that asks for a child's or an elderly man's voice asks for those values.
 
-How each is realised: the rate by Piper's ``length_scale`` (closed loop: synthesise,
-measure, correct, at most ``max_passes`` times); pitch and pitch range by a
-pitch-synchronous overlap-add shift per 10 ms frame, which scales each frame's distance
-from the median; pauses by lengthening or shortening the silences between sentences and
-clauses (or opening some at word boundaries); energy by a gain with a peak limiter; the
-formant by resampling Piper's output by ``2 ** (st / (12 * FORMANT_GAIN))`` before the
-pitch is set (which moves every formant by that factor; the pitch shift that follows
-keeps them).
+How each is realised: the rate by Piper's ``length_scale``; the formant by resampling
+Piper's output by ``2 ** (st / (12 * FORMANT_GAIN))`` before the pitch is set (which
+moves every formant by that factor; the pitch shift that follows keeps them); pitch and
+pitch range by a pitch-synchronous overlap-add shift per 10 ms frame, which scales the
+intonation contour around the median; pauses by lengthening or shortening the
+silences between sentences and clauses (or opening some at word boundaries); energy
+by a gain with a peak limiter. Every step aims at what :meth:`style_features` will
+measure, in closed loops: the rate and the formant over up to ``max_passes`` Piper
+runs (each finished waveform measured, the next run corrected; the envelope measure
+reads a short text's vowels as a steady offset, of which the correction takes out up to
+:data:`FORMANT_CORRECTION`), the pitch over up to ``prosody.PITCH_PASSES`` shifts
+(:func:`~empatheia.generators.prosody.set_pitch`), the pauses over up to
+``prosody.PAUSE_PASSES`` edits (:func:`~empatheia.generators.prosody.set_pauses`); of
+each loop the try closest to the request (in z units, over all descriptors for the
+runs) is kept.
 Requests outside what the voice can do are clamped (:data:`FEASIBLE`).
 
 Alignment: every waveform carries ``alignment`` ``(T,)``, the row of C^s (0..Ls-1)
@@ -63,12 +70,16 @@ pauses always come from the style): each is realised at
 
     register + band * tanh((request - register) / band)        (semitones; log rate)
 
-with bands :data:`REGISTER_BAND` (pitch 4 st, formant 1.5 st, rate 0.3 in log rate) times
-``register_band``. A request near the avatar's own register (what a model that learned
-this avatar asks for) comes out nearly as asked, so emotional movement is audible in
-full; a request far from it (a child's pitch for an elderly man) saturates at the edge
-of the band, so one avatar always sounds like itself. The plain voice has no register
-(an infinite band): the request alone.
+with bands :data:`REGISTER_BAND` (pitch 4 st, formant 1.5 st, rate 0.3 in log rate), each
+widened by how uncertain the register is (:func:`register_spread`: half the range of
+the registers of the profiles that agree on the traits the avatar's profile names),
+times ``register_band``. A request near the avatar's own register (what a model that
+learned this avatar asks for) comes out nearly as asked, so emotional movement is
+audible in full; a request far from it (a child's pitch for an elderly man) saturates
+at the edge of the band, so one avatar always sounds like itself. An avatar whose
+profile names no gender has only a guessed register (between a man's and a woman's),
+which the band does not hold a style to: what the model asks for sets it. The plain
+voice has no register (an infinite band): the request alone.
 
 The same avatar, text and style give bit-identical audio: Piper's noise is seeded from
 ``avatar.seed()`` and the text.
@@ -80,7 +91,7 @@ import hashlib
 import importlib.resources
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -110,6 +121,9 @@ _NORMS: Dict[str, Tuple[float, float]] = {
     "pause_ratio": (0.12, 0.1),
     "formant": (0.0, 2.0),
 }
+_PITCH_SCALES = (_NORMS["pitch"][1], _NORMS["pitch_range"][1])
+"""What one z unit of pitch and of pitch range is, in semitones: :func:`prosody.set_pitch`
+weighs its misses as S^s and its agreement count them."""
 FEASIBLE: Dict[str, Tuple[float, float]] = {
     "rate": (5.0, 18.0),
     "pitch": (65.0, 400.0),
@@ -131,6 +145,13 @@ RATE_EXPONENT = 0.6
 count saturates a little at fast tempo); used for the first correction only."""
 NATIVE_RATE = 11.0
 """Rate the voice measures at ``length_scale`` 1, for the first guess."""
+MAX_TEMPO_STEP = 0.4
+"""Most a pass moves Piper's log ``length_scale`` from the one before."""
+FORMANT_TOLERANCE = 0.3
+"""Semitones of formant miss under which a pass needs no correction."""
+FORMANT_CORRECTION = 2.0
+"""Most semitones the resampling is moved from the target to make up for what the
+formant measure reads in a text's vowels."""
 
 
 @dataclass(frozen=True)
@@ -146,22 +167,27 @@ class VoiceVariant:
     """The register's speaking rate (change events per second)."""
     band: float
     """Multiplier of :data:`REGISTER_BAND` (``inf``: no register, the style alone)."""
+    spread: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    """How uncertain the register is (pitch and formant in semitones, rate in log rate):
+    added to the band, so that a style may set what the avatar's profile leaves open
+    (:func:`register_spread`)."""
 
     def realise(self, request: prosody.Prosody) -> Tuple[float, float, float]:
         """``(pitch_hz, formant_st, rate)`` to synthesise for a requested prosody: each
-        moved from the register by ``band * tanh((request - register) / band)``."""
+        moved from the register by ``width * tanh((request - register) / width)``, where
+        ``width = (REGISTER_BAND + spread) * band``."""
 
-        def pull(asked: float, own: float, band: float) -> float:
+        def pull(asked: float, own: float, name: str, spread: float) -> float:
             if not np.isfinite(self.band):
                 return asked
-            width = max(band * self.band, 1e-6)
+            width = max((REGISTER_BAND[name] + spread) * self.band, 1e-6)
             return own + width * float(np.tanh((asked - own) / width))
 
         own_formant = FORMANT_GAIN_ST * np.log2(self.formant)
         pitch = pull(float(prosody.semitones(np.asarray(request.pitch_hz))),
-                     float(prosody.semitones(np.asarray(self.pitch_hz))), REGISTER_BAND["pitch"])
-        formant = pull(request.formant_st, own_formant, REGISTER_BAND["formant"])
-        rate = pull(np.log(request.rate), np.log(self.rate), REGISTER_BAND["rate"])
+                     float(prosody.semitones(np.asarray(self.pitch_hz))), "pitch", self.spread[0])
+        formant = pull(request.formant_st, own_formant, "formant", self.spread[1])
+        rate = pull(np.log(request.rate), np.log(self.rate), "rate", self.spread[2])
         return 100.0 * 2.0 ** (pitch / 12.0), formant, float(np.exp(rate))
 
 
@@ -232,20 +258,50 @@ _AGE = {
 _TIMBRE = {"high": (1.12, 1.03, 1.0), "mid": (1.0, 1.0, 1.0), "low": (0.89, 0.97, 1.0)}
 
 
-def profile_variant(profile: dict, seed: int, band: float) -> VoiceVariant:
-    """The register and timbre of an avatar from its profile, with a small seeded
-    jitter (up to 1.5 semitones, 3 % formant, 6 % rate) so that avatars with the same
-    profile still differ, and one avatar always sounds the same."""
+def _register(profile: dict) -> Tuple[float, float, float]:
+    """``(pitch_hz, formant factor, rate)`` of a profile's age, gender and timbre (an
+    unknown label leaves the base as it is)."""
     pitch, formant, rate = _BASE
     for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre")):
         p, f, r = table.get(_label((profile or {}).get(key)), (1.0, 1.0, 1.0))
         pitch, formant, rate = pitch * p, formant * f, rate * r
+    return pitch, formant, rate
+
+
+def register_spread(profile: dict) -> Tuple[float, float, float]:
+    """Half the range of the registers of every profile that agrees with ``profile`` on
+    the traits it names: pitch and formant in semitones, rate in log rate; zeros for a
+    profile that names its age, gender and timbre. A register derived from a profile
+    without a gender is a guess between a man's and a woman's; the register band keeps
+    an avatar's voice its own, but should not hold it to a guess."""
+    named = {key: _label((profile or {}).get(key)) for key in ("gender", "age", "timbre")}
+    choices = [
+        [named[key]] if named[key] in table else list(table)
+        for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre"))
+    ]
+    registers = np.array([
+        _register({"gender": gender, "age": age, "timbre": timbre})
+        for gender in choices[0] for age in choices[1] for timbre in choices[2]
+    ])  # (profiles, 3): pitch Hz, formant factor, rate
+    scaled = np.stack([12.0 * np.log2(registers[:, 0]), FORMANT_GAIN_ST * np.log2(np.clip(registers[:, 1], 0.85, 1.3)),
+                       np.log(registers[:, 2])], axis=1)
+    half = 0.5 * (scaled.max(axis=0) - scaled.min(axis=0))
+    return float(half[0]), float(half[1]), float(half[2])
+
+
+def profile_variant(profile: dict, seed: int, band: float) -> VoiceVariant:
+    """The register and timbre of an avatar from its profile, with a small seeded
+    jitter (up to 1.5 semitones, 3 % formant, 6 % rate) so that avatars with the same
+    profile still differ, and one avatar always sounds the same; what the profile
+    leaves open widens its band (:func:`register_spread`)."""
+    pitch, formant, rate = _register(profile)
     jitter = np.random.default_rng(seed).uniform(-1.0, 1.0, size=3)
     return VoiceVariant(
         formant=float(np.clip(formant * (1.0 + 0.03 * jitter[1]), 0.85, 1.3)),
         pitch_hz=float(pitch * 2.0 ** (1.5 * jitter[0] / 12.0)),
         rate=float(rate * (1.0 + 0.06 * jitter[2])),
         band=band,
+        spread=register_spread(profile),
     )
 
 
@@ -253,10 +309,7 @@ def profile_style(profile: dict, style_dim: int) -> torch.Tensor:
     """``(style_dim,)`` S^s of a profile's register without an avatar's jitter: the rate,
     pitch and formant z-scores of its age, gender and timbre (the other dims 0), what a
     style asks for to sound like such a speaker."""
-    pitch, formant, rate = _BASE
-    for table, key in ((_GENDER, "gender"), (_AGE, "age"), (_TIMBRE, "timbre")):
-        p, f, r = table.get(_label((profile or {}).get(key)), (1.0, 1.0, 1.0))
-        pitch, formant, rate = pitch * p, formant * f, rate * r
+    pitch, formant, rate = _register(profile)
     register = prosody.Prosody(
         rate=rate,
         pitch_hz=pitch,
@@ -279,8 +332,10 @@ class PiperSpeech(SpeechGenerator):
             package ships (its ``.onnx.json`` config must sit beside it).
         register_band: multiplier of :data:`REGISTER_BAND`, how far a style can move an
             ``"auto"`` or clip voice from its register (0: not at all), > 0 or ``inf``.
-        max_passes: Piper runs per utterance for the rate loop (1 = no correction).
-        rate_tolerance: relative rate error at which the loop stops.
+        max_passes: Piper runs per utterance for the rate and formant loop (1 = no
+            correction).
+        rate_tolerance: relative rate error at which the loop stops (with the formant
+            within :data:`FORMANT_TOLERANCE`); above the rate measure's own noise.
     """
 
     def __init__(
@@ -289,8 +344,8 @@ class PiperSpeech(SpeechGenerator):
         style_dim: int = 16,
         model_path: Optional[PathLike] = None,
         register_band: float = 1.0,
-        max_passes: int = 3,
-        rate_tolerance: float = 0.08,
+        max_passes: int = 5,
+        rate_tolerance: float = 0.03,
     ):
         if style_dim < REQUIRED_DESCRIPTORS:
             raise ValueError(f"style_dim must be >= {REQUIRED_DESCRIPTORS} (the prosody descriptors), got {style_dim}")
@@ -448,56 +503,69 @@ class PiperSpeech(SpeechGenerator):
             raise ValueError(f"speech style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
         request = decode_style(style)
         pitch_target, formant_target, rate_target = self.voice_variant(avatar).realise(request)
+        target = replace(request, pitch_hz=pitch_target, formant_st=formant_target, rate=rate_target)
         seed = int.from_bytes(hashlib.sha256(f"{avatar.seed()}:{text}".encode()).digest()[:4], "little")
 
-        wave, labels = self._render(sentences, seed, formant_factor(formant_target), request, pitch_target, rate_target)
+        wave, labels = self._render(sentences, seed, target)
         return Waveform(torch.from_numpy(wave.astype(np.float32)), self.sample_rate, torch.from_numpy(labels))
 
     def _render(
-        self,
-        sentences: List[List[int]],
-        seed: int,
-        formant: float,
-        request: prosody.Prosody,
-        pitch_hz: float,
-        rate: float,
+        self, sentences: List[List[int]], seed: int, target: prosody.Prosody
     ) -> Tuple[np.ndarray, np.ndarray]:
-        """Piper, then the timbre resampling (which speeds speech up by ``formant``), the
-        pitch shift, the pauses and the gain; Piper's ``length_scale`` is searched (secant
-        steps in log-log) until the finished waveform measures ``rate``.
+        """Piper, then the timbre resampling (which speeds speech up by its factor), the
+        pitch shift, the pauses and the gain, in passes: each pass measures the finished
+        waveform as :meth:`style_features` would, and the next one corrects Piper's
+        ``length_scale`` (secant steps in log-log) and the resampling by what they
+        missed. The pass whose descriptors come closest to ``target`` (distance in z
+        units over the dims S^s holds) is returned.
 
         Returns ``(wave (T,) float64, alignment (T,) int64)``: the label track goes
         through every step that moves samples (the pitch shift and the gain keep the
         length and the timing)."""
-        scale = (NATIVE_RATE * formant / rate) ** (1.0 / RATE_EXPONENT)
+        dims = min(self.features.style_dim, len(DESCRIPTORS))
+        goal = encode_style(target, len(DESCRIPTORS)).numpy()[:dims]
+        formant_st = target.formant_st
+        # The tempo with the resampling's speed-up taken out: log length_scale at factor 1.
+        tempo = np.log(NATIVE_RATE / target.rate) / RATE_EXPONENT
         tried: List[Tuple[float, float]] = []
         best, best_error = (np.zeros(1), np.full(1, -1, dtype=np.int64)), np.inf
         for _ in range(self.max_passes):
-            scale = float(np.clip(scale, 0.4, 2.5))
+            formant = formant_factor(formant_st)
+            scale = float(np.clip(np.exp(tempo + np.log(formant) / RATE_EXPONENT), 0.4, 2.5))
+            tempo = np.log(scale) - np.log(formant) / RATE_EXPONENT
             wave, labels = self._piper(sentences, scale, seed)
             if formant != 1.0:
                 wave, labels = prosody.resample(wave, formant), prosody.resample_labels(labels, formant)
             # The pitch shift roughens phone transitions a little and re-timed pauses move
             # the speaking time, both of which the rate measure sees: the loop measures
             # the finished waveform.
-            wave = self._set_pitch(wave, pitch_hz, request.pitch_range)
-            edit = prosody.pause_edit(wave, self.sample_rate, request.pause_ratio)
-            wave, labels = edit.apply(wave), edit.apply_to_labels(labels)
-            wave = prosody.set_energy(wave, self.sample_rate, request.energy_db)
-            measured = max(prosody.measure_rate(wave, self.sample_rate), 0.5)
-            error = abs(np.log(measured / rate))
+            wave = prosody.set_pitch(wave, self.sample_rate, target.pitch_hz, target.pitch_range, _PITCH_SCALES)
+            wave, labels = prosody.set_pauses(wave, labels, self.sample_rate, target.pause_ratio)
+            wave = prosody.set_energy(wave, self.sample_rate, target.energy_db)
+            measured = prosody.measure(wave, self.sample_rate)
+            error = float(np.linalg.norm(encode_style(measured, len(DESCRIPTORS)).numpy()[:dims] - goal))
             if error < best_error:
                 best, best_error = (wave, labels), error
-            if error < np.log1p(self.rate_tolerance):
+            rate = max(measured.rate, 0.5)
+            formant_miss = target.formant_st - measured.formant_st if dims > DESCRIPTORS.index("formant") else 0.0
+            if abs(np.log(rate / target.rate)) < np.log1p(self.rate_tolerance) and abs(formant_miss) < FORMANT_TOLERANCE:
                 break
-            tried.append((np.log(scale), np.log(measured)))
+            tried.append((tempo, np.log(rate)))
             slope = -RATE_EXPONENT
             if len(tried) >= 2 and abs(tried[-1][0] - tried[-2][0]) > 1e-3:
                 fitted = (tried[-1][1] - tried[-2][1]) / (tried[-1][0] - tried[-2][0])
-                # A flat or rising secant is measurement noise, not the voice.
-                slope = float(np.clip(fitted, -1.5, -0.3))
-            scale = float(np.exp(tried[-1][0] + (np.log(rate) - tried[-1][1]) / slope))
-        # The measure is noisy at the scale of a few events: the closest pass wins.
+                # A flat or rising secant is the measure's noise (on a short answer one
+                # change event more or less is a tenth of the rate), not the voice, whose
+                # own slope is kept then.
+                slope = float(fitted) if -1.5 <= fitted <= -0.3 else slope
+            step = (np.log(target.rate) - tried[-1][1]) / slope
+            tempo = tried[-1][0] + float(np.clip(step, -MAX_TEMPO_STEP, MAX_TEMPO_STEP))
+            # The envelope measure reads a text's vowels as a small, steady offset, which
+            # one correction takes out; a larger miss is a misreading, not to be chased.
+            formant_st = target.formant_st + float(
+                np.clip(formant_st - target.formant_st + formant_miss, -FORMANT_CORRECTION, FORMANT_CORRECTION)
+            )
+        # The measures are noisy at the scale of a few events and frames: the closest pass wins.
         return best
 
     def _piper(self, sentences: List[List[int]], length_scale: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -546,49 +614,8 @@ class PiperSpeech(SpeechGenerator):
             label_pieces.extend([np.repeat(units, samples), gap_labels])
         return np.concatenate(pieces[:-1]), np.concatenate(label_pieces[:-1])
 
-    def _set_pitch(self, wave: np.ndarray, target_hz: float, target_range: float) -> np.ndarray:
-        """Shift the pitch so that its median lands on ``target_hz`` and its spread on
-        ``target_range`` semitones; one measured correction follows, since the shifter
-        and the tracker do not realise a request exactly.
-
-        The spread is changed by scaling the intonation contour (the voiced pitch,
-        bridged over unvoiced gaps and smoothed over 150 ms) around the median: the
-        slow phrase-level movement a listener hears as lively or flat. Scaling the
-        frame-level jitter instead would only roughen the voice.
-        """
-        f0 = prosody.pitch_track(wave, self.sample_rate)
-        voiced = f0 > 0
-        if voiced.sum() < 3:
-            return wave
-        semis = prosody.semitones(f0[voiced])
-        centre = float(np.median(semis))
-        frames = np.arange(f0.shape[0])
-        bridged = np.interp(frames, frames[voiced], semis)
-        contour = np.convolve(np.pad(bridged, 7, mode="edge"), np.ones(15) / 15.0, mode="valid") - centre
-        have_hz, have_range = prosody.measure_pitch(wave, self.sample_rate)
-        target = float(prosody.semitones(np.asarray(target_hz)))
-        offset = target - float(prosody.semitones(np.asarray(max(have_hz, 1.0))))
-        gain = float(np.clip(target_range / max(have_range, 0.3), 0.0, 4.0))
-        best, best_error = wave, np.inf
-        for _ in range(3):
-            shift = np.clip(offset + (gain - 1.0) * contour, -14.0, 14.0)
-            out = prosody.shift_pitch(wave, self.sample_rate, f0, 2.0 ** (shift / 12.0))
-            # Measured as style_features will measure it, so that the loop aims at that.
-            got_hz, got_range = prosody.measure_pitch(out, self.sample_rate)
-            if got_hz <= 0:
-                break
-            miss = target - float(prosody.semitones(np.asarray(got_hz)))
-            error = abs(miss) + 0.5 * abs(target_range - got_range)
-            if error < best_error:
-                best, best_error = out, error
-            if error < 0.2:
-                break
-            offset += miss
-            gain = float(np.clip(gain + (target_range - got_range) / max(have_range, 0.3), 0.0, 4.0))
-        return best
-
     def fingerprint(self) -> str:
-        return f"PiperSpeech/{self.model_path.stem}/prosody-v2/phonemes-flushed/c{self.features.content_dim}/s{self.features.style_dim}"
+        return f"PiperSpeech/{self.model_path.stem}/prosody-v3/phonemes-flushed/c{self.features.content_dim}/s{self.features.style_dim}"
 
 
 DEFAULT_HOP_LENGTH = 256

@@ -18,16 +18,19 @@ style) and what it steers when it speaks are the same five quantities, measured 
   women) raises every formant by the same factor, which moves the long-term envelope
   along a log-frequency axis without changing its shape. It does not follow the pitch.
 
-Everything is measured on 10 ms frames (:data:`HOP`). The changing side holds a
-pitch-synchronous overlap-add pitch shifter (:func:`shift_pitch`), band-limited
-resampling (:func:`resample`), pause re-timing (:func:`retime_pauses`) and a gain with a
-peak limiter (:func:`set_energy`).
+Everything is measured on 10 ms frames (:data:`HOP`); the rate, pitch and pauses pool
+:data:`GRID_PHASES` frame grids offset by a fraction of a hop, so that where the frame
+boundaries fall does not move them. The changing side holds a pitch-synchronous
+overlap-add pitch shifter (:func:`shift_pitch`), band-limited resampling
+(:func:`resample`), pause re-timing (:func:`retime_pauses`) and a gain with a peak
+limiter (:func:`set_energy`), and the closed loops that aim the pitch shift and the
+pause re-timing at what the measures read (:func:`set_pitch`, :func:`set_pauses`).
 """
 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -37,6 +40,8 @@ WINDOW = 0.03
 """Seconds of signal in each energy frame."""
 MIN_PAUSE = 0.1
 """Shortest silence (s) that counts as a pause."""
+CLOSED_PAUSE = 0.05
+"""Seconds a pause that :func:`pause_edit` closes is left with (a gap that does not count)."""
 SPEECH_FLOOR_DB = 30.0
 """A frame speaks when it is within this many dB of the utterance's loud frames."""
 F0_MIN, F0_MAX = 60.0, 500.0
@@ -120,6 +125,12 @@ def pitch_track(
     integration window is built from one FFT cross-correlation and two running energy
     sums, for all frames at once; the period is the first dip of the cumulative-mean-
     normalised ``d`` below ``threshold``, refined by a parabola through its neighbours.
+
+    Voicing has hysteresis (:func:`_grow_voicing`): a frame whose deepest dip is only
+    under :data:`VOICING_RELAXED` is voiced too when its pitch continues that of a voiced
+    neighbour. Rough or breathy vowels (many of the packaged Piper voice's vowel
+    frames) fail the strict threshold, and which of them pass flips with any processing,
+    so statistics over the strict frames alone jump on short utterances.
     """
     tau_min = int(sample_rate / F0_MAX)
     tau_max = int(np.ceil(sample_rate / F0_MIN))
@@ -139,11 +150,14 @@ def pitch_track(
     cmnd[:, 1:] = diff[:, 1:] * taus[1:] / np.maximum(running, 1e-12)
 
     inner = cmnd[:, 1:-1]
-    dips = (inner < threshold) & (inner <= cmnd[:, :-2]) & (inner <= cmnd[:, 2:])
-    dips[:, : max(0, tau_min - 1)] = False
+    minima = (inner <= cmnd[:, :-2]) & (inner <= cmnd[:, 2:])
+    minima[:, : max(0, tau_min - 1)] = False
+    dips = minima & (inner < threshold)
     found = dips.any(axis=1)
-    tau = dips.argmax(axis=1) + 1  # index into cmnd
+    deepest = np.where(minima, inner, np.inf).argmin(axis=1)
+    tau = np.where(found, dips.argmax(axis=1), deepest) + 1  # index into cmnd
     rows = np.arange(cmnd.shape[0])
+    maybe = ~found & minima.any(axis=1) & (cmnd[rows, tau] < VOICING_RELAXED)
     left, mid, right = cmnd[rows, tau - 1], cmnd[rows, tau], cmnd[rows, np.minimum(tau + 1, tau_max)]
     bend = left - 2.0 * mid + right
     offset = np.where(np.abs(bend) > 1e-12, 0.5 * (left - right) / np.where(bend == 0, 1, bend), 0.0)
@@ -152,9 +166,38 @@ def pitch_track(
     # Unvoiced: no dip, or too quiet to be speech (breath and room noise find dips too).
     db = 10.0 * np.log10(np.mean(block[:, :width] ** 2, axis=1) + 1e-10)
     loud = np.percentile(db, 95)
-    voiced = found & (db > loud - SPEECH_FLOOR_DB)
-    f0 = np.where(voiced, sample_rate / np.maximum(period, 1.0), 0.0)
-    return _drop_pitch_outliers(f0)
+    audible = db > loud - SPEECH_FLOOR_DB
+    f0 = sample_rate / np.maximum(period, 1.0)
+    voiced = _grow_voicing(found & audible, maybe & audible, f0)
+    return _drop_pitch_outliers(np.where(voiced, f0, 0.0))
+
+
+VOICING_RELAXED = 0.5
+"""A frame whose deepest YIN dip is under this (but none under the strict threshold) is
+voiced when its pitch continues a voiced neighbour's (:func:`_grow_voicing`)."""
+VOICING_CONTINUITY = 2.0
+"""Semitones the pitch may move from one 10 ms frame to the next while voicing grows."""
+
+
+def _grow_voicing(voiced: np.ndarray, maybe: np.ndarray, f0: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: ``voiced``, grown forwards then backwards through runs of ``maybe``
+    frames whose pitch ``f0`` ``(N,)`` stays within :data:`VOICING_CONTINUITY` semitones of
+    the frame before it. Unvoiced consonants seldom have a dip under the relaxed
+    threshold and almost never one that continues the vowel's pitch."""
+    semis = 12.0 * np.log2(np.maximum(f0, 1e-6))
+    close = np.abs(np.diff(semis)) < VOICING_CONTINUITY  # (N - 1,) frame k to k + 1
+    # Frame k joins the frame before it (forwards) or after it (backwards).
+    forwards = _grow(voiced, np.concatenate([[False], maybe[1:] & close]))
+    return _grow(forwards[::-1], np.concatenate([[False], (maybe[:-1] & close)[::-1]]))[::-1]
+
+
+def _grow(seed: np.ndarray, joins: np.ndarray) -> np.ndarray:
+    """``(N,)`` bool: frame k is set when some frame j <= k is set in ``seed`` and every
+    frame after it up to k ``joins`` its predecessor (``(N,)`` bool)."""
+    index = np.arange(seed.shape[0])
+    last_seed = np.maximum.accumulate(np.where(seed, index, -1))
+    last_break = np.maximum.accumulate(np.where(joins, -1, index))
+    return last_seed >= np.maximum(last_break, 0) if seed.shape[0] else seed.copy()
 
 
 def _drop_pitch_outliers(f0: np.ndarray) -> np.ndarray:
@@ -186,8 +229,13 @@ FORMANT_STEP = 1.0 / 24.0
 """Octaves between the points of the log-frequency grid the envelope is compared on."""
 FORMANT_GRID = 2.0 ** np.arange(np.log2(250.0), np.log2(5000.0), FORMANT_STEP)
 """``(104,)`` Hz: 250 Hz to 5 kHz, where the first three formants of all voices lie."""
-FORMANT_MAX_SHIFT = 10.0
-"""Largest envelope shift (semitones) :func:`formant_shift` looks for."""
+FORMANT_MAX_SHIFT = 7.0
+"""Largest envelope shift (semitones) :func:`formant_shift` looks for: beyond the
+timbres synthesis makes (``empatheia.generators.piper_speech.FEASIBLE``), and small
+enough that the shifted window's top (5 kHz x 2^(7/12) = 7.5 kHz) stays under the
+analysis Nyquist."""
+FORMANT_REACH = int(round(FORMANT_MAX_SHIFT / (12.0 * FORMANT_STEP)))
+""":data:`FORMANT_MAX_SHIFT` in grid steps."""
 FORMANT_GAIN = 0.92
 """Measured semitones of envelope shift per semitone of resampling (the band edges and
 the liftering take a little off); :func:`formant_shift` of ``resample(x, r)`` is about
@@ -209,64 +257,93 @@ Piper voice ``en_US-joe-medium`` (five sentences, plain style), detrended; the z
 ``formant_st``."""
 
 
-def voiced_envelope(x: np.ndarray) -> np.ndarray:
-    """``(T,)`` at :data:`ANALYSIS_RATE` -> ``(104,)`` long-term envelope (dB on
-    :data:`FORMANT_GRID`, linear trend removed; zeros when nothing is voiced).
+def voiced_envelope(x: np.ndarray, reach: int = 0, f0: Optional[np.ndarray] = None) -> np.ndarray:
+    """``(T,)`` at :data:`ANALYSIS_RATE` -> ``(104 + 2 reach,)`` long-term envelope in dB on
+    :data:`FORMANT_GRID` widened by ``reach`` grid steps at both ends (zeros when nothing
+    is voiced). With ``reach`` 0 its linear trend is removed; a wider envelope is left
+    as it is, for :func:`formant_shift` to detrend each window it compares. ``f0``
+    ``(N,)``: the :func:`pitch_track` of ``x`` when it is at hand.
 
     Each speaking, voiced 32 ms frame's log spectrum is liftered to its first 30
     cepstral coefficients (under 1.9 ms, below any pitch period, so the harmonics go
     and the formants stay), set to 0 dB at its peak, and the frames are averaged."""
     length, hop = 512, int(round(HOP * ANALYSIS_RATE))
+    grid = FORMANT_GRID[0] * 2.0 ** ((np.arange(FORMANT_GRID.shape[0] + 2 * reach) - reach) * FORMANT_STEP)
     block = frames(x, length, hop) * np.hanning(length)
     log_power = np.log(np.abs(np.fft.rfft(block, length)) ** 2 + 1e-10)
     cepstrum = np.fft.irfft(log_power, length)
     cepstrum[:, 30 : length - 29] = 0.0
     envelope_db = np.fft.rfft(cepstrum, length).real * (10.0 / np.log(10.0))
     db = frame_db(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
-    f0 = pitch_track(x, ANALYSIS_RATE)[: envelope_db.shape[0]]
+    f0 = (pitch_track(x, ANALYSIS_RATE) if f0 is None else f0)[: envelope_db.shape[0]]
     use = speech_mask(db) & (f0 > 0)
     if use.sum() < 3:
-        return np.zeros(FORMANT_GRID.shape[0])
+        return np.zeros(grid.shape[0])
     chosen = envelope_db[use] - envelope_db[use].max(axis=1, keepdims=True)
-    on_grid = chosen.mean(axis=0) @ _grid_interpolation(length)
-    t = np.arange(on_grid.shape[0])
-    return on_grid - np.polyval(np.polyfit(t, on_grid, 1), t)
+    on_grid = chosen.mean(axis=0) @ _grid_interpolation(length, grid)
+    return _detrend(on_grid) if reach == 0 else on_grid
 
 
-def _grid_interpolation(n_fft: int) -> np.ndarray:
-    """``(n_fft // 2 + 1, 104)`` linear interpolation from FFT bins to :data:`FORMANT_GRID`."""
-    position = FORMANT_GRID / (ANALYSIS_RATE / n_fft)
+def _detrend(values: np.ndarray) -> np.ndarray:
+    """``(..., n)`` -> the same with each row's least-squares line removed."""
+    t = np.arange(values.shape[-1]) - (values.shape[-1] - 1) / 2.0
+    centred = values - values.mean(axis=-1, keepdims=True)
+    slope = (centred @ t) / (t @ t)
+    return centred - slope[..., None] * t
+
+
+def _grid_interpolation(n_fft: int, grid: np.ndarray = FORMANT_GRID) -> np.ndarray:
+    """``(n_fft // 2 + 1, len(grid))`` linear interpolation from FFT bins to ``grid`` (Hz)."""
+    position = grid / (ANALYSIS_RATE / n_fft)
     low = np.floor(position).astype(int)
-    weights = np.zeros((n_fft // 2 + 1, FORMANT_GRID.shape[0]))
-    columns = np.arange(FORMANT_GRID.shape[0])
+    weights = np.zeros((n_fft // 2 + 1, grid.shape[0]))
+    columns = np.arange(grid.shape[0])
     weights[low, columns] = 1.0 - (position - low)
     weights[low + 1, columns] = position - low
     return weights
 
 
-def formant_shift(x: np.ndarray) -> float:
+def formant_shift(x: np.ndarray, f0: Optional[np.ndarray] = None) -> float:
     """Semitones by which the voiced envelope of ``x`` (at :data:`ANALYSIS_RATE`) sits
     above :data:`VOICE_ENVELOPE`: the lag of the best correlation between the two on the
-    log-frequency grid (parabola-refined, within :data:`FORMANT_MAX_SHIFT`); 0 when
-    nothing is voiced."""
-    envelope = voiced_envelope(x)
+    log-frequency grid (:func:`_correlation_peak`, within :data:`FORMANT_MAX_SHIFT`); 0
+    when nothing is voiced. ``f0`` ``(N,)``: the :func:`pitch_track` of ``x`` when it is at
+    hand.
+
+    Every lag compares the whole reference with a window of the same 104 points of the
+    envelope measured on a grid that much wider, each window detrended on its own. A
+    window that shrank with the lag (the overlap of two fixed 104-point envelopes)
+    would let the extreme lags win by matching a few points, and a shifted envelope's
+    tilt would count against it."""
+    reach = FORMANT_REACH
+    envelope = voiced_envelope(x, reach, f0)
     if not np.any(envelope):
         return 0.0
-    reach = int(round(FORMANT_MAX_SHIFT / (12.0 * FORMANT_STEP)))
-    lags = np.arange(-reach, reach + 1)
-    n = envelope.shape[0]
-    scores = np.empty(lags.shape[0])
-    for i, lag in enumerate(lags):  # 41 lags of a 104-point correlation
-        mine = envelope[lag:] if lag >= 0 else envelope[: n + lag]
-        theirs = VOICE_ENVELOPE[: n - lag] if lag >= 0 else VOICE_ENVELOPE[-lag:]
-        scores[i] = np.corrcoef(mine, theirs)[0, 1]
-    best = int(np.argmax(scores))
-    offset = 0.0
-    if 0 < best < lags.shape[0] - 1:
-        bend = scores[best - 1] - 2.0 * scores[best] + scores[best + 1]
-        if bend < 0:
-            offset = 0.5 * (scores[best - 1] - scores[best + 1]) / bend
-    return float((lags[best] + offset) * FORMANT_STEP * 12.0)
+    n = FORMANT_GRID.shape[0]
+    windows = _detrend(np.lib.stride_tricks.sliding_window_view(envelope, n))  # (2 reach + 1, 104)
+    reference = _detrend(VOICE_ENVELOPE)
+    norms = np.linalg.norm(windows, axis=1) * np.linalg.norm(reference)
+    scores = windows @ reference / np.maximum(norms, 1e-12)  # (2 reach + 1,), lag -reach .. reach
+    return float((_correlation_peak(scores) - reach) * FORMANT_STEP * 12.0)
+
+
+def _correlation_peak(scores: np.ndarray) -> float:
+    """Where ``scores`` ``(L,)`` peaks, in (fractional) index: the highest local maximum
+    inside the search, refined by a parabola through its neighbours; the higher end only
+    when the scores rise all the way to it.
+
+    A short answer has few vowels, its envelope matches the reference weakly at every
+    lag, and the scores at an end of the search can come out a hair above a real peak
+    inside it, or not, depending on which frames the tracker voiced: the reading jumped
+    between that peak and the end as the frame grid moved. An end is no peak: the search
+    spans every shift synthesis makes, with room to spare."""
+    inner = np.flatnonzero((scores[1:-1] >= scores[:-2]) & (scores[1:-1] >= scores[2:])) + 1
+    if inner.size == 0:
+        return float(np.argmax(scores))
+    best = int(inner[np.argmax(scores[inner])])
+    bend = scores[best - 1] - 2.0 * scores[best] + scores[best + 1]
+    offset = 0.5 * (scores[best - 1] - scores[best + 1]) / bend if bend < 0 else 0.0
+    return best + offset
 
 
 def measure_formant(x: np.ndarray, sample_rate: int) -> float:
@@ -336,36 +413,62 @@ def _peak_prominence(signal: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------ measuring
+GRID_PHASES = 4
+"""Analysis grids, each :data:`HOP` / ``GRID_PHASES`` later than the one before, that the
+rate, pitch and pause measures pool. On an answer of a second or two, where the 10 ms
+frame boundaries fall moves one grid's count of change events by a tenth and its pitch
+spread and pauses by frames near a threshold; pooled, the measures read the voice rather
+than the grid, and a generator aiming at them cannot fit one grid's accidents."""
+
+
 def measure(x: np.ndarray, sample_rate: int) -> Prosody:
     """The :class:`Prosody` of a ``(T,)`` mono waveform (resampled to
     :data:`ANALYSIS_RATE` first)."""
-    x = _at_analysis_rate(x, sample_rate)
-    pitch_hz, pitch_range = _pitch_statistics(x)
-    db = frame_db(x, ANALYSIS_RATE)
-    starts, ends, first, last = pauses(db)
-    span = max(last - first, 1)
-    paused = int(np.sum(ends - starts))
+    grids = _grids(_at_analysis_rate(x, sample_rate))
+    tracks = [pitch_track(g, ANALYSIS_RATE) for g in grids]
+    pitch_hz, pitch_range = _pitch_statistics(np.concatenate(tracks))
+    levels = [frame_db(g, ANALYSIS_RATE) for g in grids]
+    db = levels[0]
     speaking = speech_mask(db)
     power = np.mean(10.0 ** (db[speaking] / 10.0)) if speaking.any() else 1e-10
     return Prosody(
-        rate=_rate(x, db),
+        rate=_mean_rate(grids, levels),
         pitch_hz=pitch_hz,
         pitch_range=pitch_range,
         energy_db=float(10.0 * np.log10(power + 1e-10)),
-        pause_ratio=float(paused / span),
-        formant_st=formant_shift(x),
+        pause_ratio=float(np.mean([_pause_ratio(level) for level in levels])),
+        formant_st=formant_shift(grids[0], tracks[0]),
     )
 
 
 def measure_rate(x: np.ndarray, sample_rate: int) -> float:
     """``Prosody.rate`` alone (what :func:`measure` gives, for less work)."""
-    x = _at_analysis_rate(x, sample_rate)
-    return _rate(x, frame_db(x, ANALYSIS_RATE))
+    grids = _grids(_at_analysis_rate(x, sample_rate))
+    return _mean_rate(grids, [frame_db(g, ANALYSIS_RATE) for g in grids])
+
+
+def measure_pause_ratio(x: np.ndarray, sample_rate: int) -> float:
+    """``Prosody.pause_ratio`` alone."""
+    return float(np.mean([_pause_ratio(frame_db(g, ANALYSIS_RATE)) for g in _grids(_at_analysis_rate(x, sample_rate))]))
 
 
 def measure_pitch(x: np.ndarray, sample_rate: int) -> Tuple[float, float]:
     """``(Prosody.pitch_hz, Prosody.pitch_range)`` alone."""
-    return _pitch_statistics(_at_analysis_rate(x, sample_rate))
+    grids = _grids(_at_analysis_rate(x, sample_rate))
+    return _pitch_statistics(np.concatenate([pitch_track(g, ANALYSIS_RATE) for g in grids]))
+
+
+def _grids(x: np.ndarray) -> List[np.ndarray]:
+    """``x`` ``(T,)`` at :data:`ANALYSIS_RATE` delayed by ``p / GRID_PHASES`` of a hop,
+    ``p = 0 .. GRID_PHASES - 1``: ``(T + delay,)`` each, so that frame ``i`` of grid ``p``
+    is centred ``p / GRID_PHASES`` of a hop before frame ``i`` of grid 0."""
+    hop = HOP * ANALYSIS_RATE
+    return [np.concatenate([np.zeros(int(round(p * hop / GRID_PHASES))), x]) for p in range(GRID_PHASES)]
+
+
+def _pause_ratio(db: np.ndarray) -> float:
+    starts, ends, first, last = pauses(db)
+    return float(np.sum(ends - starts) / max(last - first, 1))
 
 
 def _at_analysis_rate(x: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -373,14 +476,19 @@ def _at_analysis_rate(x: np.ndarray, sample_rate: int) -> np.ndarray:
     return resample(x, sample_rate / ANALYSIS_RATE) if sample_rate != ANALYSIS_RATE else x
 
 
-def _rate(x: np.ndarray, db: np.ndarray) -> float:
-    starts, ends, first, last = pauses(db)
-    speaking_time = max(last - first - int(np.sum(ends - starts)), 1) * HOP
-    return change_rate(x, ANALYSIS_RATE, speech_mask(db)) / speaking_time
+def _mean_rate(grids: List[np.ndarray], levels: List[np.ndarray]) -> float:
+    """The mean over the grids of change events per speaking second (``levels``: each
+    grid's :func:`frame_db`)."""
+    rates = []
+    for x, db in zip(grids, levels):
+        starts, ends, first, last = pauses(db)
+        speaking_time = max(last - first - int(np.sum(ends - starts)), 1) * HOP
+        rates.append(change_rate(x, ANALYSIS_RATE, speech_mask(db)) / speaking_time)
+    return float(np.mean(rates))
 
 
-def _pitch_statistics(x: np.ndarray) -> Tuple[float, float]:
-    f0 = pitch_track(x, ANALYSIS_RATE)
+def _pitch_statistics(f0: np.ndarray) -> Tuple[float, float]:
+    """``(median Hz, range st)`` of a ``(N,)`` pitch track's voiced frames."""
     voiced = f0 > 0
     if not voiced.any():
         return 0.0, 0.0
@@ -490,6 +598,10 @@ def shift_pitch(
     return out / np.maximum(weight, 0.5)
 
 
+EDIT_FADE = 0.005
+"""Seconds over which speech fades into and out of the silence a pause edit inserts."""
+
+
 @dataclass(frozen=True)
 class TimeEdit:
     """A re-timing of a ``(T,)`` track: the output is ``pieces`` in order, each
@@ -501,6 +613,10 @@ class TimeEdit:
 
     pieces: Tuple[Tuple[int, int, int, bool], ...]
     """``(start, end, length, silent)`` per piece."""
+    fade: int = 0
+    """Samples over which copied audio fades out into, and in from, inserted silence: a
+    pause opened between words cuts speech at a loudness dip, not at silence, and a step
+    from there to digital zero is a click."""
 
     @property
     def length(self) -> int:
@@ -509,9 +625,21 @@ class TimeEdit:
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The edited waveform: ``(T,)`` -> ``(self.length,)`` float64."""
         x = np.asarray(x, dtype=np.float64)
-        return np.concatenate(
-            [np.zeros(n) if silent else x[a:b] for a, b, n, silent in self.pieces] or [np.zeros(0)]
-        )
+        inserted = [silent and n > 0 for _, _, n, silent in self.pieces]
+        parts = []
+        for i, (a, b, n, silent) in enumerate(self.pieces):  # a few pieces per pause
+            if silent:
+                parts.append(np.zeros(n))
+                continue
+            part = x[a:b].copy()
+            k = min(self.fade, part.shape[0] // 2)
+            rise = 0.5 - 0.5 * np.cos(np.pi * (np.arange(k) + 0.5) / max(k, 1))  # (k,) 0 -> 1
+            if k and i > 0 and inserted[i - 1]:
+                part[:k] *= rise
+            if k and i + 1 < len(self.pieces) and inserted[i + 1]:
+                part[-k:] *= rise[::-1]
+            parts.append(part)
+        return np.concatenate(parts or [np.zeros(0)])
 
     def apply_to_labels(self, labels: np.ndarray) -> np.ndarray:
         """The edited label track: ``(T,)`` int -> ``(self.length,)`` int64.
@@ -562,21 +690,30 @@ def pause_edit(x: np.ndarray, sample_rate: int, target_ratio: float, edge: float
     want = target * speaking / (1.0 - target)
     lengths = _share_pauses((ends - starts) * HOP, want)
 
-    # Cut in the middle of each pause (keeping 20 ms of its edges), insert silence.
+    # Cut in the middle of each pause (keeping 20 ms of its edges, where the speech fades
+    # out and in), insert silence. A gap opened between words has no silent edges to
+    # keep: it gets its whole length, or nothing when it is not to be a pause.
     margin = int(round(0.02 * sample_rate))
     pieces = []
     cursor = max(0, first * hop - int(round(edge * sample_rate)))
     for start, end, length in zip(starts, ends, lengths):
-        cut_in = min(start * hop + margin, x.shape[0])
-        cut_out = min(max(end * hop - margin, start * hop + margin), x.shape[0])
-        cut_in = max(cut_in, cursor)
+        silence = int(round(length * sample_rate))
+        if end > start:
+            cut_in, cut_out = start * hop + margin, max(end * hop - margin, start * hop + margin)
+            silence -= 2 * margin
+        else:
+            cut_in = cut_out = start * hop
+            silence = silence if length > CLOSED_PAUSE else 0
+        cut_in = max(min(cut_in, x.shape[0]), cursor)
+        cut_out = min(cut_out, x.shape[0])
         pieces.append((cursor, cut_in, cut_in - cursor, False))
-        pieces.append((cut_in, max(cut_out, cut_in), max(0, int(round(length * sample_rate)) - 2 * margin), True))
+        pieces.append((cut_in, max(cut_out, cut_in), max(0, silence), True))
         cursor = max(cut_out, cut_in)
     stop = max(cursor, min(x.shape[0], last * hop))
     pieces.append((cursor, stop, stop - cursor, False))
     pieces.append((stop, x.shape[0], int(round(edge * sample_rate)), True))
-    return TimeEdit(tuple((int(a), int(b), int(n), bool(s)) for a, b, n, s in pieces))
+    pieces = tuple((int(a), int(b), int(n), bool(s)) for a, b, n, s in pieces)
+    return TimeEdit(pieces, int(round(EDIT_FADE * sample_rate)))
 
 
 def resample_labels(labels: np.ndarray, ratio: float) -> np.ndarray:
@@ -590,9 +727,10 @@ def resample_labels(labels: np.ndarray, ratio: float) -> np.ndarray:
 
 def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.ndarray]:
     """Zero-length pauses at the deepest loudness dips between ``first`` and ``last``,
-    at least 0.5 s apart and 0.3 s from the ends, one per ~1.5 s."""
+    at least 0.5 s apart and 0.2 s from the ends (so that a two-word answer of half a
+    second has a place for one), one per ~1.5 s."""
     smooth = np.convolve(db, np.ones(5) / 5.0, mode="same")
-    margin = int(0.3 / HOP)
+    margin = int(round(0.2 / HOP))
     inner = np.arange(first + margin, last - margin)
     if inner.size == 0:
         return np.zeros(0, int), np.zeros(0, int)
@@ -610,12 +748,13 @@ def _word_gaps(db: np.ndarray, first: int, last: int) -> Tuple[np.ndarray, np.nd
 
 def _share_pauses(current: np.ndarray, want: float) -> np.ndarray:
     """New lengths (s) for pauses of ``current`` lengths so that those that stay pauses
-    add up to ``want``; the rest become 50 ms gaps. A kept pause is at least
-    :data:`MIN_PAUSE` + 50 ms long, since the speech around it fades into its edges."""
+    add up to ``want``; the rest become :data:`CLOSED_PAUSE` gaps. A kept pause is at
+    least :data:`MIN_PAUSE` + :data:`WINDOW` long: the frames whose window reaches into
+    the speech around it do not count as silent."""
     count = current.shape[0]
     if count == 0:
         return current
-    short, shortest = 0.05, MIN_PAUSE + 0.05
+    short, shortest = CLOSED_PAUSE, MIN_PAUSE + WINDOW
     keep = min(count, int(round(want / shortest)))
     lengths = np.full(count, short)
     if keep == 0:
@@ -661,6 +800,143 @@ def _limit(x: np.ndarray, sample_rate: int, ceiling: float) -> np.ndarray:
     centres = (np.arange(count) + 0.5) * block
     per_sample = np.interp(np.arange(x.shape[0]), centres, gain)
     return np.clip(x * per_sample, -ceiling, ceiling)
+
+
+# ------------------------------------------------------------------------ closed loops
+PITCH_PASSES = 5
+"""Pitch shifts :func:`set_pitch` tries per waveform."""
+PITCH_TOLERANCE = 0.05
+"""Weighted miss (pitch + pitch range, see :func:`set_pitch`) under which a shift is kept."""
+MAX_CONTOUR_GAIN = 6.0
+"""Most the intonation contour is scaled by to widen the pitch range."""
+MAX_EXCURSION = 6.0
+"""Semitones from the median that a scaled contour approaches but does not pass."""
+PITCH_BRIDGE = 0.1
+"""Seconds of unvoiced frames between voiced ones that the pitch shift moves with them."""
+PAUSE_PASSES = 5
+"""Pause edits :func:`set_pauses` tries per waveform."""
+PAUSE_TOLERANCE = 0.002
+"""Pause ratio miss under which a pause edit is kept as it is."""
+
+
+def set_pitch(
+    x: np.ndarray, sample_rate: int, target_hz: float, target_range: float, scales: Tuple[float, float] = (1.0, 1.0)
+) -> np.ndarray:
+    """``x`` ``(T,)`` with its pitch shifted so that :func:`measure_pitch` reads a median
+    of ``target_hz`` and a spread of ``target_range`` semitones: ``(T,)``, same timing.
+
+    The spread is changed by scaling the intonation contour (the voiced pitch, bridged
+    over unvoiced gaps and smoothed over 150 ms) around the median: the slow
+    phrase-level movement a listener hears as lively or flat. Scaling the frame-level
+    jitter instead would only roughen the voice. The shifter and the tracker do not
+    realise a request exactly, so measured corrections follow: at most
+    :data:`PITCH_PASSES` shifts, of which the one with the smallest miss
+    ``|pitch miss| / scales[0] + |range miss| / scales[1]`` (semitones) is kept.
+    """
+    f0 = pitch_track(x, sample_rate)
+    voiced = f0 > 0
+    if voiced.sum() < 3:
+        return x
+    semis = semitones(f0[voiced])
+    centre = float(np.median(semis))
+    frames = np.arange(f0.shape[0])
+    bridged = np.interp(frames, frames[voiced], semis)  # (N,) semitones re 100 Hz
+    contour = np.convolve(np.pad(bridged, 7, mode="edge"), np.ones(15) / 15.0, mode="valid") - centre
+    # The shifter moves only the frames it is told are voiced; a vowel frame the tracker
+    # missed would keep its old pitch beside shifted ones, and the measure would read a
+    # mixture. Short gaps between voiced frames are shifted with them.
+    bridge = _inner_gaps(voiced, int(round(PITCH_BRIDGE / HOP)))
+    marks = np.where(bridge, 100.0 * 2.0 ** (bridged / 12.0), f0)
+    have_hz, _ = measure_pitch(x, sample_rate)
+    target = float(semitones(np.asarray(target_hz)))
+    offset = target - float(semitones(np.asarray(max(have_hz, 1.0))))
+    # The spread the measure will read at a gain, if the shifter were exact and the same
+    # frames stayed voiced: a short answer's few voiced stretches make it far from
+    # proportional to the gain, and the excursions are bounded.
+    deviation, along = semis - centre, contour[voiced]
+    asked = target_range
+    gain = _gain_for(deviation, along, asked)
+    best, best_error = x, np.inf
+    for _ in range(PITCH_PASSES):
+        shift = offset + _excursion(bridged - centre, contour, gain) - (bridged - centre)
+        out = shift_pitch(x, sample_rate, marks, 2.0 ** (shift / 12.0))
+        got_hz, got_range = measure_pitch(out, sample_rate)
+        if got_hz <= 0:
+            break
+        miss = target - float(semitones(np.asarray(got_hz)))
+        error = abs(miss) / scales[0] + abs(target_range - got_range) / scales[1]
+        if error < best_error:
+            best, best_error = out, error
+        if error < PITCH_TOLERANCE:
+            break
+        offset += miss
+        asked = max(asked + target_range - got_range, 0.0)
+        gain = _gain_for(deviation, along, asked)
+    return best
+
+
+def _excursion(deviation: np.ndarray, contour: np.ndarray, gain: float) -> np.ndarray:
+    """Semitones from the median ``(N,)`` for frames at ``deviation`` ``(N,)`` when the
+    contour ``(N,)`` is scaled by ``gain``, softly bounded at :data:`MAX_EXCURSION`. A
+    phrase's final fall scaled with the rest would sink far under the voice (and a high
+    stretch past the tracker's octave check), where the tracker no longer finds it: the
+    measured spread would then shrink as the gain grows."""
+    return MAX_EXCURSION * np.tanh((deviation + (gain - 1.0) * contour) / MAX_EXCURSION)
+
+
+def _gain_for(deviation: np.ndarray, contour: np.ndarray, spread: float) -> float:
+    """The contour gain (0 .. :data:`MAX_CONTOUR_GAIN`) at which voiced frames that sit
+    ``deviation`` ``(V,)`` semitones from their median, moved as :func:`_excursion` moves
+    them along ``contour`` ``(V,)``, have a measured spread (1.4826 x MAD) closest to
+    ``spread``."""
+    gains = np.linspace(0.0, MAX_CONTOUR_GAIN, 121)  # (G,)
+    moved = _excursion(deviation[None, :], contour[None, :], gains[:, None])  # (G, V)
+    centred = moved - np.median(moved, axis=1, keepdims=True)
+    spreads = 1.4826 * np.median(np.abs(centred), axis=1)
+    return float(gains[np.argmin(np.abs(spreads - spread))])
+
+
+def _inner_gaps(voiced: np.ndarray, longest: int) -> np.ndarray:
+    """``(N,)`` bool: ``voiced`` plus its unvoiced runs of at most ``longest`` frames that
+    have voiced frames on both sides."""
+    starts, ends = runs(~voiced)
+    inner = (starts > 0) & (ends < voiced.shape[0]) & (ends - starts <= longest)
+    edges = np.zeros(voiced.shape[0] + 1, dtype=np.int64)
+    np.add.at(edges, starts[inner], 1)
+    np.add.at(edges, ends[inner], -1)
+    return voiced | (np.cumsum(edges)[:-1] > 0)
+
+
+def set_pauses(
+    x: np.ndarray, labels: np.ndarray, sample_rate: int, ratio: float
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Re-time the pauses of ``x`` ``(T,)`` and its ``labels`` ``(T,)`` so that
+    :func:`measure_pause_ratio` comes closest to ``ratio``: ``(x', labels')``, ``(T',)``.
+
+    :func:`pause_edit` aims at a ratio from the pauses' lengths, but the measure counts
+    only silences of :data:`MIN_PAUSE` after the speech around them has faded, so a
+    short pause may not count at all and a short answer has few ratios to offer. The
+    edit is redone with the ratio it is asked for corrected by what it missed, then
+    bisected between a try that came out short and one that came out long; the closest
+    of :data:`PAUSE_PASSES` tries is kept."""
+    asked, low, high = ratio, None, None
+    best, best_error = None, np.inf
+    for _ in range(PAUSE_PASSES):
+        edit = pause_edit(x, sample_rate, asked)
+        got = measure_pause_ratio(edit.apply(x), sample_rate)
+        if abs(got - ratio) < best_error:
+            best, best_error = edit, abs(got - ratio)
+        if best_error < PAUSE_TOLERANCE:
+            break
+        if got < ratio:
+            low = asked
+        else:
+            high = asked
+        if low is not None and high is not None:
+            asked = 0.5 * (low + high)
+        else:
+            asked = float(np.clip(asked + (ratio - got), 0.0, 0.8))
+    return best.apply(x), best.apply_to_labels(labels)
 
 
 def envelope(x: np.ndarray, sample_rate: int, fps: float, count: Optional[int] = None) -> np.ndarray:

@@ -29,7 +29,13 @@ from empatheia.generators.avatar_renderer import (  # noqa: E402
     fit_portrait,
 )
 from empatheia.generators.base import Avatar, Waveform  # noqa: E402
-from empatheia.generators.piper_speech import DESCRIPTORS, PiperSpeech, decode_style, profile_style  # noqa: E402
+from empatheia.generators.piper_speech import (  # noqa: E402
+    DESCRIPTORS,
+    PiperSpeech,
+    decode_style,
+    formant_factor,
+    profile_style,
+)
 
 TEXT = "I hear you. That sounds really hard, and it makes sense to feel that way."
 BLANK = np.zeros((8, 8, 3), np.uint8)
@@ -325,6 +331,82 @@ def test_emotion_styles_are_realised_with_cosine_over_0_9(speech, profile):
         wave = speech.synthesize(TEXT, None, request, plain())
         got = speech.measure(wave)
         assert cosine(request[:6], got[:6]) >= 0.9, (emotion, request[:6].tolist(), got[:6].tolist())
+
+
+def test_a_voice_without_a_profile_takes_the_register_it_is_asked_for(speech):
+    """An auto voice whose profile names no gender, age or timbre has only a guessed
+    register: a man's pitch asked of it comes out as asked, not 4 semitones short of
+    it; a profile that names them keeps its band."""
+    anyone = Avatar("profile-any-any-any", BLANK, "auto", {})
+    deep = profile_style({"gender": "male", "age": "middle-aged", "timbre": "mid"}, 12)
+    asked = decode_style(deep).pitch_hz
+    pitch, _, _ = speech.voice_variant(anyone).realise(decode_style(deep))
+    assert abs(12 * np.log2(pitch / asked)) < 1.0, (pitch, asked)
+    she = Avatar("listener-17", BLANK, "auto", {"gender": "female", "age": "young", "timbre": "mid"})
+    variant = speech.voice_variant(she)
+    pitch, _, _ = variant.realise(decode_style(deep))
+    assert 12 * np.log2(variant.pitch_hz / pitch) < 4.0 < 12 * np.log2(variant.pitch_hz / asked)
+
+
+def test_the_formant_measure_follows_the_timbre_on_any_text(speech):
+    """The envelope measure reads a resampled voice's shift on a text whose vowels sit far
+    from the voice's average (it read +10 semitones, the edge of its search, for +4 when
+    the lags compared ever fewer points)."""
+    wave = speech.synthesize("Oh, I love that! I have a big smile on my face too.", None, torch.zeros(12), plain())
+    x = wave.samples.numpy().astype(np.float64)
+    base = prosody.measure_formant(x, wave.sample_rate)
+    for shift in (-3.0, 2.0, 4.0):
+        moved = prosody.measure_formant(prosody.resample(x, formant_factor(shift)), wave.sample_rate)
+        assert abs(moved - base - shift) < 0.8, (shift, moved, base)
+
+
+SHORT_ANSWERS = ("I'm so sorry to hear that.", "I'm sure he will do it again.", "That sounds like a really bad thing.")
+
+
+@pytest.mark.parametrize("text", SHORT_ANSWERS)
+def test_short_answers_realise_what_the_small_model_asks(speech, text, tmp_path):
+    """Answers of one or two seconds, asked for the prosody the small model asks for on
+    held-out dialogues, measured back from a WAV file: cosine >= 0.9, the pitch range
+    within 0.35 z and the pause ratio within 0.5 z (a short answer has few pause ratios
+    to offer). Before, the range came back flat (the pitch shift left the frames the
+    tracker missed at their old pitch), the formant read several semitones off, and
+    the pauses opened between words were too short to count."""
+    request = speech_style(12, rate=0.2, pitch=0.3, pitch_range=0.25, energy=0.3, pause_ratio=-0.2, formant=0.7)
+    wave = speech.synthesize(text, None, request, plain())
+    (got,) = speech.style_features([write_wav(tmp_path / "answer.wav", wave)])
+    assert cosine(request[:6], got[:6]) >= 0.9, (request[:6].tolist(), got[:6].tolist())
+    assert abs(float(got[2] - request[2])) < 0.35, got[:6].tolist()
+    assert abs(float(got[4] - request[4])) < 0.5, got[:6].tolist()
+
+
+def test_a_short_answer_reads_its_formant_as_asked_wherever_the_frame_grid_falls(speech):
+    """Two words have few vowels, and their envelope matches the voice's weakly at every
+    lag: the scores at the end of the search (+7 semitones) came out a hair above the
+    real peak, and this answer, asked for the voice's own timbre, read +7 on every grid."""
+    wave = speech.synthesize("Wow! That's awesome!", None, torch.zeros(12), plain())
+    x = wave.samples.numpy().astype(np.float64)
+    for delay in (0.0, 0.0013, 0.0033, 0.0067):
+        late = np.concatenate([np.zeros(int(round(delay * wave.sample_rate))), x])
+        assert abs(prosody.measure_formant(late, wave.sample_rate)) < 0.6, delay
+
+
+@pytest.mark.parametrize("rate, formant", [(0.6, 1.0), (-0.6, -1.0)])
+def test_a_short_answer_takes_the_tempo_and_timbre_asked(speech, rate, formant):
+    """Tempo and timbre are set over Piper runs that each measure the finished answer;
+    the run closest to the whole request is kept. Keeping the run with the best rate
+    alone, with the rate measured on one frame grid, missed +0.6 z by 0.44 z here."""
+    wave = speech.synthesize("I'm sure he will do it again.", None, speech_style(12, rate=rate, formant=formant), plain())
+    got = speech.measure(wave)
+    assert abs(float(got[0]) - rate) < 0.3, got[:6].tolist()
+    assert abs(float(got[FORMANT]) - formant) < 0.3, got[:6].tolist()
+
+
+@pytest.mark.xfail(strict=True, reason="the envelope of these few vowels lowered by 3 st or more matches the voice's "
+                   "best several semitones higher: the formant measure cannot read it, so the loop cannot aim at it")
+def test_a_short_answer_of_few_vowels_takes_a_lowered_timbre(speech):
+    wave = speech.synthesize("Wow! That's awesome!", None, speech_style(12, formant=-1.0), plain())
+    got = speech.measure(wave)
+    assert abs(float(got[FORMANT]) + 1.0) < 0.3, got[:6].tolist()
 
 
 def full_video_style(emotion, intensity, gaze_x=0.0, gaze_y=0.0, motion=0.0, dim=16):
