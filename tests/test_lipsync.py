@@ -12,7 +12,8 @@ pytest.importorskip("piper", reason="the Piper voice needs piper-tts")
 pytest.importorskip("onnx", reason="Piper's alignment is read from its graph with onnx")
 
 from empatheia.generators import prosody  # noqa: E402
-from empatheia.generators.avatar_renderer import GEOMETRY_COLUMNS, AvatarRenderer, default_portrait, face_geometry  # noqa: E402
+from empatheia.generators.avatar_face import GEOMETRY_COLUMNS, default_portrait, face_geometry  # noqa: E402
+from empatheia.generators.avatar_renderer import AvatarRenderer  # noqa: E402
 from empatheia.generators.base import (  # noqa: E402
     Avatar,
     Waveform,
