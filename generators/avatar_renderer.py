@@ -34,21 +34,25 @@ clip's median frame), after which the frames are shifted back so that the expres
 read on a still face. The head moves the whole portrait (a smooth, seeded translation
 per frame, the same for the same portrait and length); it does not tilt.
 
-Each emotion is a direction in a 9-parameter expression space (``EXPRESSION_PARAMS``,
-``EMOTION_DIRECTIONS`` of :mod:`~empatheia.generators.avatar_face`); the face drawn is ``neutral + intensity * sum_k w_k d_k``.
-Measuring inverts this: per-frame geometry (brow heights and slopes, eye openness, mouth
-outline and opening) -> expression parameters by a linear map fitted on faces this
-renderer draws, the median over frames (the 10th percentile for the jaw, which speech
-opens further), then non-negative least squares onto the emotion directions.
+Each emotion is a direction in a 9-parameter expression space (``EXPRESSION_PARAMS`` and
+``EMOTION_DIRECTIONS`` of :mod:`~empatheia.generators.avatar_face`); the face drawn is
+``neutral + intensity ** EXPRESSION_GAMMA * sum_k w_k d_k``. Measuring inverts this:
+per-frame geometry (brow heights and slopes, eye openness, mouth outline and opening) ->
+expression parameters by a linear map fitted on faces this renderer draws, the median over
+frames (the 10th percentile for the jaw, which speech opens further), then non-negative
+least squares onto the emotion directions.
 
 Content layout (``content_dim >= 3``), measured per 25 fps video frame of the speech
 (:func:`audio_content`); the model's C^v has one row per speech content unit, the mean
 of these over the unit's frames (:meth:`AvatarRenderer.unit_content`), and
 :meth:`AvatarRenderer.animate` spreads it back over the frames by the speech's
-alignment, closing the mouth wherever the speech is silence::
+alignment. Speech opens the jaw on top of the expression's rest
+opening, and silence closes it back to that rest
+(:func:`~empatheia.generators.avatar_face.jaw_opening`)::
 
     col 0     loudness: frame power in dB, 0 at 50 dB under the utterance's loud frames,
-              1 at them (clipped to [0, 1]); it opens the mouth
+              1 at them (clipped to [0, 1]; the loud frames' level is taken as at least
+              :data:`LOUDNESS_FLOOR_DB`, so digital silence reads 0); it opens the mouth
     col 1     brightness: the mel-band centroid in [0, 1]; bright vowels spread the
               mouth, dark ones round it
     cols 2-   log-mel band power (``content_dim - 2`` bands, 80 Hz - 7.6 kHz), 0 at 60 dB
@@ -75,6 +79,7 @@ from .avatar_face import (
     draw_features,
     face_geometry,
     feature_mask,
+    jaw_opening,
     square_crop,
 )
 from .base import (
@@ -97,6 +102,15 @@ HEAD_NOD = 0.02
 HEAD_MOTION_MAX = 2.0
 RIDGE = 0.1
 """Ridge weight of the emotion read-out (see :func:`style_from_expression`)."""
+READ_TRUST = np.where(np.array(EXPRESSION_PARAMS) == "eye_open", 0.35, 1.0)
+"""``(9,)`` weight of each expression parameter when the style is read back from it: the
+lids stop short of the pupil (which the gaze is measured by), so a narrowing is drawn,
+and read, far less than the other parameters."""
+EXPRESSION_GAMMA = 0.6
+"""The face drawn for intensity ``i`` moves its features by ``i ** EXPRESSION_GAMMA`` of the
+full expression: a moderate request (0.6 draws 0.74 of the full change) already shows
+clearly, as faces in photographs do, while 0 stays neutral and 1 is the full expression.
+Measuring inverts it."""
 
 
 # ---------------------------------------------------------------------- style
@@ -107,7 +121,7 @@ def expression_from_style(style: torch.Tensor) -> np.ndarray:
     intensity = float(np.clip(z[len(EMOTIONS)], 0.0, 1.0))
     if weights.sum() <= 1e-6 or intensity <= 0.0:
         return np.zeros(len(EXPRESSION_PARAMS))
-    return intensity * (weights / weights.sum()) @ EMOTION_DIRECTIONS
+    return intensity**EXPRESSION_GAMMA * (weights / weights.sum()) @ EMOTION_DIRECTIONS
 
 
 def gaze_from_style(style: torch.Tensor) -> Tuple[float, float]:
@@ -160,16 +174,24 @@ def move_head(frame: np.ndarray, shift: np.ndarray) -> np.ndarray:
 def head_shifts(frames: np.ndarray) -> np.ndarray:
     """``(F, S, S, 3)`` uint8 frames -> ``(F, 2)`` each frame's shift ``(dx, dy)`` in
     pixels, with the mean shift removed: phase correlation of the grey images (under a
-    Hann window) against the first frame, then once more against the median of the
-    frames shifted back (a sharp reference first, since the median of a moving head is
-    blurred; then one that no single frame's mouth or blink dominates)."""
+    Hann window, :func:`phase_shifts`) against the first frame, then once more against the
+    median of the frames shifted back (a sharp reference first, since the median of a
+    moving head is blurred; then one that no single frame's mouth or blink dominates). The
+    window leaves out the mouth, softly: a speaking mouth changes more between frames than
+    anything else, and a phase correlation that sees it reads part of that change as a
+    shift."""
     import cv2
 
     grey = frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
-    window = cv2.createHanningWindow(grey.shape[1:][::-1], cv2.CV_32F)
-    reference = np.ascontiguousarray(grey[0])
+    size = grey.shape[1]
+    mouth = np.zeros(grey.shape[1:], np.float32)
+    centre = (round(0.5 * size), round((LAYOUT.mouth_y + 0.03) * size))
+    cv2.ellipse(mouth, centre, (round(0.15 * size), round(0.1 * size)), 0, 0, 360, 1.0, -1)
+    mouth = cv2.GaussianBlur(mouth, (0, 0), 0.03 * size)
+    window = cv2.createHanningWindow(grey.shape[1:][::-1], cv2.CV_32F) * (1.0 - mouth)
+    reference = grey[0]
     for _ in range(2):
-        shifts = np.array([cv2.phaseCorrelate(reference, g, window)[0] for g in grey])  # one FFT pair per frame
+        shifts = phase_shifts(reference, grey, window)
         # A frame whose mouth or lids changed most can lock onto the wrong peak; a head
         # path is smooth, so a shift over 3 px from its 5-frame median is such a miss.
         local = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(shifts, ((2, 2), (0, 0)), mode="edge"), 5, axis=0), axis=-1)
@@ -179,20 +201,56 @@ def head_shifts(frames: np.ndarray) -> np.ndarray:
     return shifts
 
 
-def style_from_expression(expression: np.ndarray, style_dim: int) -> torch.Tensor:
+def phase_shifts(reference: np.ndarray, images: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """``(F, 2)`` shift ``(dx, dy)`` in pixels of each of the ``(F, S, S)`` grey ``images``
+    against the ``(S, S)`` ``reference``, both under ``window`` ``(S, S)``: the peak of the
+    phase correlation, refined to the centroid of its 5 x 5 neighbourhood (as OpenCV's
+    ``phaseCorrelate`` refines it).
+
+    The cross-power spectrum is whitened with a floor of 1e-3 of its mean magnitude.
+    Plain whitening (``phaseCorrelate``'s) divides by the magnitude alone, which at
+    frequencies where the windowed picture has next to no energy blows rounding noise up
+    into a bias: two copies of one frame, grey-converted in different rows of one array,
+    then read as up to a pixel apart."""
+    spectrum = np.fft.rfft2(images * window) * np.conj(np.fft.rfft2(reference * window))
+    magnitude = np.abs(spectrum)
+    spectrum /= magnitude + 1e-3 * magnitude.mean(axis=(-2, -1), keepdims=True)
+    correlation = np.fft.irfft2(spectrum, s=reference.shape)  # (F, S, S), peak at the shift
+    f, h, w = correlation.shape
+    peak = correlation.reshape(f, -1).argmax(axis=1)
+    offsets = np.arange(-2, 3)
+    rows = (peak // w)[:, None] + offsets  # (F, 5)
+    cols = (peak % w)[:, None] + offsets
+    around = np.clip(correlation[np.arange(f)[:, None, None], rows[:, :, None] % h, cols[:, None, :] % w], 0.0, None)  # (F, 5, 5)
+    mass = np.maximum(around.sum(axis=(1, 2)), 1e-12)
+    dy = (around.sum(axis=2) * rows).sum(axis=1) / mass
+    dx = (around.sum(axis=1) * cols).sum(axis=1) / mass
+    # Peaks past the middle are negative shifts (the correlation wraps around).
+    return np.stack([(dx + w / 2) % w - w / 2, (dy + h / 2) % h - h / 2], axis=1)
+
+
+def style_from_expression(
+    expression: np.ndarray, style_dim: int, directions: np.ndarray = EMOTION_DIRECTIONS
+) -> torch.Tensor:
     """``(9,)`` expression parameters -> ``(style_dim,)`` S^v: the non-negative mix of
-    emotion directions closest to them (its sum is the intensity).
+    emotion ``directions`` ``(7, 9)`` closest to them, and the intensity that draws that
+    far along it (:data:`EXPRESSION_GAMMA` inverted).
 
     A small ridge term keeps opposite emotions (sad and happy nearly cancel) from
-    explaining measurement noise with large amounts of both."""
+    explaining measurement noise with large amounts of both; it also shrinks the amounts,
+    so how far the face moved along the chosen mix is read without it, by projection."""
+    trust = READ_TRUST[:, None]
     ridge = np.sqrt(RIDGE) * np.eye(len(EMOTIONS))
-    system = np.concatenate([EMOTION_DIRECTIONS.T, ridge])
-    amounts = _nonnegative_least_squares(system, np.concatenate([expression, np.zeros(len(EMOTIONS))]))
+    system = np.concatenate([trust * directions.T, ridge])
+    amounts = _nonnegative_least_squares(system, np.concatenate([READ_TRUST * expression, np.zeros(len(EMOTIONS))]))
     total = float(amounts.sum())
     style = torch.zeros(style_dim, dtype=torch.float32)
     if total > 0.05:
-        style[: len(EMOTIONS)] = torch.from_numpy((amounts / total).astype(np.float32))
-        style[len(EMOTIONS)] = min(total, 1.0)
+        weights = amounts / total
+        mix = READ_TRUST * (weights @ directions)
+        drawn = float(np.clip((READ_TRUST * expression) @ mix / max(float(mix @ mix), 1e-9), 0.0, 1.0))
+        style[: len(EMOTIONS)] = torch.from_numpy(weights.astype(np.float32))
+        style[len(EMOTIONS)] = drawn ** (1.0 / EXPRESSION_GAMMA)
     return style
 
 
@@ -223,6 +281,13 @@ def _nonnegative_least_squares(a: np.ndarray, b: np.ndarray, iterations: int = 5
 
 
 # ---------------------------------------------------------------------- content
+LOUDNESS_FLOOR_DB = -60.0
+"""The least level (dB of the mean square of samples in [-1, 1]) that :func:`audio_content`
+takes for an utterance's loud frames. Speech is far above it (Piper's loud frames are near
+-24 dB); a recording of digital silence, whose own loudest frames are silence, would
+otherwise read as loud throughout and open the mouth wide."""
+
+
 def audio_content(samples: np.ndarray, sample_rate: int, frames: int, content_dim: int) -> np.ndarray:
     """``(T,)`` speech -> ``(frames, content_dim)`` float32 C^v (layout in the module
     docstring), one row per 25 fps frame ``[i / 25, (i + 1) / 25)``, from 80 ms Hann
@@ -243,7 +308,7 @@ def audio_content(samples: np.ndarray, sample_rate: int, frames: int, content_di
     mel = power @ prosody.mel_filterbank(2 * length, rate, bands).T  # (F, bands)
     mel_db = 10.0 * np.log10(mel + 1e-10)
     frame_db = 10.0 * np.log10(np.mean(block**2, axis=1) + 1e-10)
-    loud = np.percentile(frame_db, 95) if frames > 1 else frame_db.max()
+    loud = max(float(np.percentile(frame_db, 95) if frames > 1 else frame_db.max()), LOUDNESS_FLOOR_DB)
     out = np.empty((frames, content_dim), dtype=np.float32)
     out[:, 0] = np.clip((frame_db - (loud - 50.0)) / 50.0, 0.0, 1.0)
     weights = mel / np.maximum(mel.sum(axis=1, keepdims=True), 1e-12)
@@ -329,6 +394,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         self.size = int(size)
         self.max_style_frames = int(max_style_frames)
         self._readout: Optional[np.ndarray] = None
+        self._directions: Optional[np.ndarray] = None
 
     # ------------------------------------------------------------------ content
     def content_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
@@ -366,8 +432,9 @@ class AvatarRenderer(TalkingHeadGenerator):
     ) -> VideoFrames:
         """Frames spanning ``speech``; ``content`` is ``(Ls, content_dim)`` per speech unit
         when ``speech.alignment`` is given (each frame takes the unit sounding at its
-        centre, and frames in silence keep the mouth closed), a per-frame time series
-        (resampled to ``frame_count``) without one, or ``None`` (derived from the speech)."""
+        centre, and a frame in silence closes the jaw to the expression's rest), a
+        per-frame time series (resampled to ``frame_count``) without one, or ``None``
+        (derived from the speech)."""
         count = self.frame_count(speech)
         silent = np.zeros(count, dtype=bool)
         if content is None:
@@ -386,8 +453,8 @@ class AvatarRenderer(TalkingHeadGenerator):
             raise ValueError(f"video style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
         expression = expression_from_style(style)
         opening, roundness = mouth_drive(content.numpy())
-        # Silence closes the mouth whatever C^v says: the jaw smoothing would otherwise
-        # carry a neighbour's opening into the pause.
+        # Silence closes the jaw to the expression's rest whatever C^v says: the jaw
+        # smoothing would otherwise carry a neighbour's opening into the pause.
         opening, roundness = np.where(silent, 0.0, opening), np.where(silent, 0.0, roundness)
         base = self.prepare_portrait(portrait)
         blinks = self._blinks(count, base)
@@ -466,7 +533,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         shifts = head_shifts(frames) if frames.shape[0] > 1 else np.zeros((frames.shape[0], 2))
         still = np.stack([move_head(frame, -shift) for frame, shift in zip(frames, shifts)])
         readout = self.readout(still)
-        style = style_from_expression(self._expression_of(readout), style_dim)
+        style = style_from_expression(self._expression_of(readout), style_dim, self._read_directions())
         gaze = self._gaze_of(readout)
         motion = float(np.sqrt(np.mean(shifts[:, 1] ** 2))) / (HEAD_NOD * self.size)
         for index, value in ((GAZE_X, gaze[0]), (GAZE_Y, gaze[1]), (HEAD_MOTION, motion)):
@@ -506,7 +573,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         return expression
 
     def _fitted_readout(self) -> np.ndarray:
-        """``(17, 11)`` least-squares map from ``[geometry, 1]`` to the 9 expression
+        """``(18, 11)`` least-squares map from ``[geometry, 1]`` to the 9 expression
         parameters (mouth opening counted into ``jaw_open``) and the gaze, fitted once on
         faces this renderer draws with random expressions, gazes and speech over a few
         default portraits."""
@@ -524,12 +591,7 @@ class AvatarRenderer(TalkingHeadGenerator):
             openings = rng.uniform(0.0, 1.0, size=count) * (rng.random(count) < 0.6)
             roundness = rng.uniform(-1.0, 1.0, size=count) * (openings > 0.05)
             gazes = rng.uniform(-1.0, 1.0, size=(count, 2))
-            profiles = [
-                {"gender": "female", "age": "young"},
-                {"gender": "male", "age": "elderly"},
-                {"gender": "male", "age": "child"},
-            ]
-            portraits = [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
+            portraits = self._fit_portraits()
             frames = np.stack(
                 [
                     draw_features(
@@ -541,11 +603,35 @@ class AvatarRenderer(TalkingHeadGenerator):
             geometry = face_geometry(frames)
             inputs = np.concatenate([geometry, np.ones((count, 1))], axis=1)
             targets = np.concatenate([expressions, gazes], axis=1)
-            targets[:, EXPRESSION_PARAMS.index("jaw_open")] += openings
+            # The mouth's opening counts into the jaw as drawn: the speech's share of what
+            # the expression's rest leaves.
+            jaw = EXPRESSION_PARAMS.index("jaw_open")
+            targets[:, jaw] = [jaw_opening(rest, speech) for rest, speech in zip(expressions[:, jaw], openings)]
             # A little ridge keeps the map steady where two geometry columns move together.
             gram = inputs.T @ inputs + 1e-4 * np.eye(inputs.shape[1])
             self._readout = np.linalg.solve(gram, inputs.T @ targets)
         return self._readout
+
+    def _read_directions(self) -> np.ndarray:
+        """``(7, 9)`` each emotion's direction as :meth:`readout` reads it: the slope,
+        through the origin, of the expression read from faces drawn at half and at full
+        intensity over the readout's portraits. The drawing is not linear everywhere (the
+        lids stop short of the pupil, a raised upper lip widens the mouth's outline), and
+        matching the face read against what the same reading gives for each emotion keeps
+        such bends from reading as a mix of other emotions."""
+        if self._directions is None:
+            portraits = self._fit_portraits()
+            levels = np.repeat([0.5, 1.0], len(portraits))  # (L,) drawn amount of each face
+            faces = [draw_features(p, level * d) for d in EMOTION_DIRECTIONS for level in (0.5, 1.0) for p in portraits]
+            read = self.readout(np.stack(faces))[:, : len(EXPRESSION_PARAMS)]  # (7 * L, 9)
+            read = read.reshape(len(EMOTIONS), levels.shape[0], len(EXPRESSION_PARAMS))
+            self._directions = np.einsum("l,klp->kp", levels, read) / float(levels @ levels)
+        return self._directions
+
+    def _fit_portraits(self) -> List[np.ndarray]:
+        """The prepared default portraits that the readout is fitted on."""
+        profiles = [{"gender": "female", "age": "young"}, {"gender": "male", "age": "elderly"}, {"gender": "male", "age": "child"}]
+        return [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
 
     def fingerprint(self) -> str:
         return f"AvatarRenderer/v2/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"
