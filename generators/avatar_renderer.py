@@ -46,7 +46,7 @@ Content layout (``content_dim >= 3``), measured per 25 fps video frame of the sp
 (:func:`audio_content`); the model's C^v has one row per speech content unit, the mean
 of these over the unit's frames (:meth:`AvatarRenderer.unit_content`), and
 :meth:`AvatarRenderer.animate` spreads it back over the frames by the speech's
-alignment. Speech opens the jaw on top of the expression's rest
+alignment (:func:`spread_units`). Speech opens the jaw on top of the expression's rest
 opening, and silence closes it back to that rest
 (:func:`~empatheia.generators.avatar_face.jaw_opening`)::
 
@@ -111,6 +111,9 @@ EXPRESSION_GAMMA = 0.6
 full expression: a moderate request (0.6 draws 0.74 of the full change) already shows
 clearly, as faces in photographs do, while 0 stays neutral and 1 is the full expression.
 Measuring inverts it."""
+HEAD_SWAY_HZ = (0.1, 0.4)
+"""Frequency range of the head's sway. A slow sway moves the lower face only a little from
+one frame to the next, so the mouth's own motion (what lip sync reads) stays the larger."""
 
 
 # ---------------------------------------------------------------------- style
@@ -142,16 +145,16 @@ def head_motion_from_style(style: torch.Tensor) -> float:
 
 def head_path(count: int, amplitude: float, seed: int, size: int) -> np.ndarray:
     """``(count, 2)`` per-frame head shift ``(dx, dy)`` in pixels: a sum of three slow
-    sinusoids per axis (0.2-0.9 Hz at 25 fps, seeded phases and frequencies) with zero
-    mean, scaled so that the vertical RMS is exactly ``amplitude * HEAD_NOD * size`` and
-    the horizontal one half that."""
+    sinusoids per axis (:data:`HEAD_SWAY_HZ` at 25 fps, seeded phases and frequencies)
+    with zero mean, scaled so that the vertical RMS is exactly ``amplitude * HEAD_NOD *
+    size`` and the horizontal one half that."""
     if count < 2 or amplitude <= 0.0:
         return np.zeros((count, 2))
     rng = np.random.default_rng(seed)
     t = np.arange(count)[:, None] / 25.0
     path = np.empty((count, 2))
     for axis in range(2):
-        frequency = rng.uniform(0.2, 0.9, size=3)
+        frequency = rng.uniform(*HEAD_SWAY_HZ, size=3)
         phase = rng.uniform(0.0, 2.0 * np.pi, size=3)
         wave = np.sin(2.0 * np.pi * frequency[None, :] * t + phase[None, :]) @ np.array([1.0, 0.6, 0.35])
         wave = wave - wave.mean()
@@ -349,6 +352,27 @@ def anchor_loudness(content: np.ndarray, speaking: np.ndarray) -> np.ndarray:
     return out
 
 
+def spread_units(content: np.ndarray, alignment: np.ndarray, sample_rate: int, count: int, fps: float) -> np.ndarray:
+    """Per-unit C^v ``(Ls, D)`` -> per-frame ``(count, D)`` float32: each frame is the mean
+    of the rows sounding over its span ``[i / fps, (i + 1) / fps)``, weighted by their
+    samples under ``alignment`` ``(T,)`` (the unit at each sample, -1 in silence, which
+    counts as a row of zeros: the closed mouth of no sound).
+
+    A phoneme is often shorter than a frame; taking only the unit at each frame's centre
+    skips such phonemes and moves a change of loudness to whichever frame a boundary falls
+    nearest, while the sound's own envelope (which lip sync compares the mouth with) is an
+    average over the frame."""
+    units = content.shape[0]
+    labels = np.asarray(alignment, dtype=np.int64)
+    frame = np.floor(np.arange(labels.shape[0]) * fps / sample_rate).astype(np.int64)
+    inside = frame < count
+    row = np.where((labels < 0) | (labels >= units), units, labels)
+    samples = np.bincount(frame[inside] * (units + 1) + row[inside], minlength=count * (units + 1)).reshape(count, units + 1)
+    span = np.diff(np.round(np.arange(count + 1) * sample_rate / fps))  # samples per frame; past the speech, silence
+    table = np.concatenate([content, np.zeros((1, content.shape[1]), content.dtype)])
+    return ((samples / span[:, None]) @ table).astype(np.float32)
+
+
 def mouth_drive(content: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``(F, content_dim)`` C^v -> per-frame mouth ``opening`` in [0, 1] and
     ``roundness`` in [-1, 1] (negative: spread)."""
@@ -431,10 +455,10 @@ class AvatarRenderer(TalkingHeadGenerator):
         portrait: np.ndarray,
     ) -> VideoFrames:
         """Frames spanning ``speech``; ``content`` is ``(Ls, content_dim)`` per speech unit
-        when ``speech.alignment`` is given (each frame takes the unit sounding at its
-        centre, and a frame in silence closes the jaw to the expression's rest), a
-        per-frame time series (resampled to ``frame_count``) without one, or ``None``
-        (derived from the speech)."""
+        when ``speech.alignment`` is given (each frame takes the mean of the units sounding
+        over its span, :func:`spread_units`, and a frame whose centre is in silence closes
+        the jaw to the expression's rest), a per-frame time series (resampled to
+        ``frame_count``) without one, or ``None`` (derived from the speech)."""
         count = self.frame_count(speech)
         silent = np.zeros(count, dtype=bool)
         if content is None:
@@ -444,9 +468,12 @@ class AvatarRenderer(TalkingHeadGenerator):
                 raise ValueError(f"video content must be (L, {self.features.content_dim}), got {tuple(content.shape)}")
             content = content.detach().float().cpu()
             if speech.alignment is not None:
-                content, labels = expand_units(content, speech, count, self.fps, torch.zeros(content.shape[1]))
+                # The unit at each frame's centre says which frames are silence (and checks
+                # that C^v has a row for every unit the speech names).
+                _, labels = expand_units(content, speech, count, self.fps, torch.zeros(content.shape[1]))
                 silent = labels.numpy() < 0
-                content = torch.from_numpy(anchor_loudness(content.numpy(), ~silent))
+                spread = spread_units(content.numpy(), speech.alignment.numpy(), speech.sample_rate, count, self.fps)
+                content = torch.from_numpy(anchor_loudness(spread, ~silent))
             else:
                 content = resample_rows(content, count)
         if style.shape[-1] != self.features.style_dim:
