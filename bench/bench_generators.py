@@ -18,7 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from empatheia.generators.avatar_renderer import AvatarRenderer, default_portrait  # noqa: E402
+from empatheia.generators.avatar_face import default_portrait  # noqa: E402
+from empatheia.generators.avatar_renderer import AvatarRenderer  # noqa: E402
 from empatheia.generators.base import Avatar, Waveform  # noqa: E402
 
 TEXT = "I am so sorry to hear that. It sounds like a really hard week, and you handled it with a lot of patience."

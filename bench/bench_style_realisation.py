@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from empatheia.data.render import speech_style, video_style  # noqa: E402
-from empatheia.generators.avatar_renderer import EMOTIONS, FULL_STYLE_WIDTH, AvatarRenderer, default_portrait  # noqa: E402
+from empatheia.generators.avatar_face import EMOTIONS, default_portrait  # noqa: E402
+from empatheia.generators.avatar_renderer import FULL_STYLE_WIDTH, AvatarRenderer  # noqa: E402
 from empatheia.generators.base import Avatar  # noqa: E402
 from empatheia.generators.piper_speech import DESCRIPTORS, PiperSpeech  # noqa: E402
 

@@ -8,11 +8,12 @@ blink. The video style feature S^v is a vector of expression weights that can be
 geometry), so the gold S^v of rendered videos and what :meth:`AvatarRenderer.animate`
 reads are the same quantities.
 
-Portraits follow one layout, like DreamTalk's aligned 256 x 256 crops: a frontal face
-centred in a square, eyes at 47.5 % of the height, mouth at 69 % (:data:`LAYOUT`).
-:func:`default_portrait` draws such a face from an avatar's profile; a photo can be
-brought to the layout with :func:`fit_portrait`. The renderer paints over the eye, brow
-and mouth areas of the portrait (OpenCV inpainting) and draws its own features there.
+The face itself (its expression space, drawing, portraits and the geometry read back
+from pixels) is :mod:`empatheia.generators.avatar_face`; this module turns styles and
+speech into its expressions and mouth movements, frame by frame, and measures styles
+back. Portraits follow one layout (``avatar_face.LAYOUT``); the renderer paints over the
+eye, brow and mouth areas of the portrait (OpenCV inpainting) and draws its own features
+there.
 
 Style layout (``style_dim >= 8``; each later dim is used when ``style_dim`` holds it;
 dims 11 and up are always 0)::
@@ -21,7 +22,7 @@ dims 11 and up are always 0)::
               (negative entries count as 0; the renderer normalises them to sum 1)
     dim  7    intensity in [0, 1] (0: a neutral face)
     dim  8    gaze_x in [-1, 1]: the irises move towards the image's right (+) or left
-              (-), 1 = :data:`GAZE_TRAVEL` of the side; 0 = eye contact
+              (-), 1 = ``avatar_face.GAZE_TRAVEL`` of the side; 0 = eye contact
     dim  9    gaze_y in [-1, 1]: the irises move down (+) or up (-)
     dim  10   head_motion in [0, 2]: RMS of the head's vertical nodding over the clip in
               units of :data:`HEAD_NOD` of the side (a horizontal sway of half that goes
@@ -33,21 +34,25 @@ clip's median frame), after which the frames are shifted back so that the expres
 read on a still face. The head moves the whole portrait (a smooth, seeded translation
 per frame, the same for the same portrait and length); it does not tilt.
 
-Each emotion is a direction in a 9-parameter expression space (:data:`EXPRESSION_PARAMS`,
-:data:`EMOTION_DIRECTIONS`); the face drawn is ``neutral + intensity * sum_k w_k d_k``.
-Measuring inverts this: per-frame geometry (brow heights and slopes, eye openness, mouth
-outline and opening) -> expression parameters by a linear map fitted on faces this
-renderer draws, the median over frames (the 10th percentile for the jaw, which speech
-opens further), then non-negative least squares onto the emotion directions.
+Each emotion is a direction in a 9-parameter expression space (``EXPRESSION_PARAMS`` and
+``EMOTION_DIRECTIONS`` of :mod:`~empatheia.generators.avatar_face`); the face drawn is
+``neutral + intensity ** EXPRESSION_GAMMA * sum_k w_k d_k``. Measuring inverts this:
+per-frame geometry (brow heights and slopes, eye openness, mouth outline and opening) ->
+expression parameters by a linear map fitted on faces this renderer draws, the median over
+frames (the 10th percentile for the jaw, which speech opens further), then non-negative
+least squares onto the emotion directions.
 
 Content layout (``content_dim >= 3``), measured per 25 fps video frame of the speech
 (:func:`audio_content`); the model's C^v has one row per speech content unit, the mean
 of these over the unit's frames (:meth:`AvatarRenderer.unit_content`), and
 :meth:`AvatarRenderer.animate` spreads it back over the frames by the speech's
-alignment, closing the mouth wherever the speech is silence::
+alignment (:func:`spread_units`). Speech opens the jaw on top of the expression's rest
+opening, and silence closes it back to that rest
+(:func:`~empatheia.generators.avatar_face.jaw_opening`)::
 
     col 0     loudness: frame power in dB, 0 at 50 dB under the utterance's loud frames,
-              1 at them (clipped to [0, 1]); it opens the mouth
+              1 at them (clipped to [0, 1]; the loud frames' level is taken as at least
+              :data:`LOUDNESS_FLOOR_DB`, so digital silence reads 0); it opens the mouth
     col 1     brightness: the mel-band centroid in [0, 1]; bright vowels spread the
               mouth, dark ones round it
     cols 2-   log-mel band power (``content_dim - 2`` bands, 80 Hz - 7.6 kHz), 0 at 60 dB
@@ -57,8 +62,7 @@ alignment, closing the mouth wherever the speech is silence::
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -66,77 +70,50 @@ import torch
 from empatheia.feature_sizes import GeneratorFeatures
 
 from . import prosody
-from .base import PathLike, TalkingHeadGenerator, VideoFrames, Waveform, expand_units, resample_rows, unit_means
-
-EMOTIONS = ("sad", "happy", "angry", "fear", "surprised", "contempt", "disgusted")
-EXPRESSION_PARAMS = (
-    "brow_raise",  # both brows up (+) or down (-)
-    "brow_tilt",  # inner ends up (+, sad/fear) or down (-, angry)
-    "brow_asym",  # the image-right brow raised alone
-    "eye_open",  # lids wider (+) or narrower (-) than neutral
-    "mouth_curve",  # corners up (+) or down (-)
-    "mouth_asym",  # the image-right corner raised alone (a smirk)
-    "mouth_width",  # corners spread (+) or pulled in (-)
-    "jaw_open",  # mouth open at rest, before speech opens it further
-    "lip_raise",  # upper lip raised, showing the teeth (disgust)
+from .avatar_face import (
+    EMOTION_DIRECTIONS,
+    EMOTIONS,
+    EXPRESSION_PARAMS,
+    LAYOUT,
+    default_portrait,
+    draw_features,
+    face_geometry,
+    feature_mask,
+    jaw_opening,
+    square_crop,
 )
-EMOTION_DIRECTIONS = np.array(
-    [
-        # raise  tilt  asym   eye  curve  masym width  jaw  lip
-        [0.15, 1.0, 0.0, -0.35, -0.9, 0.0, -0.15, 0.0, 0.0],  # sad
-        [0.3, 0.0, 0.0, -0.3, 1.0, 0.0, 0.5, 0.1, 0.0],  # happy
-        [-0.8, -1.0, 0.0, -0.2, -0.4, 0.0, -0.35, 0.0, 0.15],  # angry
-        [0.7, 0.8, 0.0, 0.55, -0.35, 0.0, 0.35, 0.3, 0.0],  # fear
-        [1.0, 0.0, 0.0, 0.6, 0.0, 0.0, -0.3, 0.7, 0.0],  # surprised
-        [0.0, 0.0, 0.8, -0.2, 0.15, 1.0, 0.0, 0.0, 0.0],  # contempt
-        [-0.45, -0.45, 0.0, -0.4, -0.45, 0.0, 0.0, 0.05, 1.0],  # disgusted
-    ]
+from .base import (
+    PathLike,
+    TalkingHeadGenerator,
+    VideoFrames,
+    Waveform,
+    expand_units,
+    resample_rows,
+    unit_means,
 )
-"""``(7, 9)``: each emotion's full-intensity change of the expression parameters (FACS-
-inspired: sad raises the inner brows and drops the corners, angry lowers and knits the
-brows, surprise lifts brows and lids and drops the jaw, contempt is one-sided...)."""
 
 STYLE_WIDTH = len(EMOTIONS) + 1
 """Dims every S^v holds: the emotion weights and the intensity."""
 GAZE_X, GAZE_Y, HEAD_MOTION = STYLE_WIDTH, STYLE_WIDTH + 1, STYLE_WIDTH + 2
 """Positions of the optional dims (see the module docstring)."""
 FULL_STYLE_WIDTH = HEAD_MOTION + 1
-GAZE_TRAVEL = (0.026, 0.012)
-"""Iris travel (x, y) at gaze 1, as fractions of the side."""
 HEAD_NOD = 0.02
 """RMS of the vertical head motion at ``head_motion`` 1, as a fraction of the side."""
 HEAD_MOTION_MAX = 2.0
 RIDGE = 0.1
 """Ridge weight of the emotion read-out (see :func:`style_from_expression`)."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the face's parts sit, as fractions of the (square) portrait's side."""
-
-    head_centre: Tuple[float, float] = (0.5, 0.53)
-    head_axes: Tuple[float, float] = (0.265, 0.345)
-    eye_y: float = 0.475
-    eye_dx: float = 0.108
-    eye_rx: float = 0.052
-    eye_ry: float = 0.026
-    iris_r: float = 0.02
-    brow_y: float = 0.39
-    brow_inner: float = 0.04
-    brow_outer: float = 0.17
-    nose_y: float = 0.595
-    mouth_y: float = 0.69
-    mouth_rx: float = 0.08
-
-
-LAYOUT = Layout()
-
-BROW_COLOUR = (35, 25, 22)
-SCLERA_COLOUR = (250, 250, 248)
-LID_COLOUR = (40, 28, 26)
-LIP_COLOUR = (172, 56, 70)
-MOUTH_COLOUR = (52, 14, 24)
-TEETH_COLOUR = (244, 244, 238)
+READ_TRUST = np.where(np.array(EXPRESSION_PARAMS) == "eye_open", 0.35, 1.0)
+"""``(9,)`` weight of each expression parameter when the style is read back from it: the
+lids stop short of the pupil (which the gaze is measured by), so a narrowing is drawn,
+and read, far less than the other parameters."""
+EXPRESSION_GAMMA = 0.6
+"""The face drawn for intensity ``i`` moves its features by ``i ** EXPRESSION_GAMMA`` of the
+full expression: a moderate request (0.6 draws 0.74 of the full change) already shows
+clearly, as faces in photographs do, while 0 stays neutral and 1 is the full expression.
+Measuring inverts it."""
+HEAD_SWAY_HZ = (0.1, 0.4)
+"""Frequency range of the head's sway. A slow sway moves the lower face only a little from
+one frame to the next, so the mouth's own motion (what lip sync reads) stays the larger."""
 
 
 # ---------------------------------------------------------------------- style
@@ -147,7 +124,7 @@ def expression_from_style(style: torch.Tensor) -> np.ndarray:
     intensity = float(np.clip(z[len(EMOTIONS)], 0.0, 1.0))
     if weights.sum() <= 1e-6 or intensity <= 0.0:
         return np.zeros(len(EXPRESSION_PARAMS))
-    return intensity * (weights / weights.sum()) @ EMOTION_DIRECTIONS
+    return intensity**EXPRESSION_GAMMA * (weights / weights.sum()) @ EMOTION_DIRECTIONS
 
 
 def gaze_from_style(style: torch.Tensor) -> Tuple[float, float]:
@@ -168,16 +145,16 @@ def head_motion_from_style(style: torch.Tensor) -> float:
 
 def head_path(count: int, amplitude: float, seed: int, size: int) -> np.ndarray:
     """``(count, 2)`` per-frame head shift ``(dx, dy)`` in pixels: a sum of three slow
-    sinusoids per axis (0.2-0.9 Hz at 25 fps, seeded phases and frequencies) with zero
-    mean, scaled so that the vertical RMS is exactly ``amplitude * HEAD_NOD * size`` and
-    the horizontal one half that."""
+    sinusoids per axis (:data:`HEAD_SWAY_HZ` at 25 fps, seeded phases and frequencies)
+    with zero mean, scaled so that the vertical RMS is exactly ``amplitude * HEAD_NOD *
+    size`` and the horizontal one half that."""
     if count < 2 or amplitude <= 0.0:
         return np.zeros((count, 2))
     rng = np.random.default_rng(seed)
     t = np.arange(count)[:, None] / 25.0
     path = np.empty((count, 2))
     for axis in range(2):
-        frequency = rng.uniform(0.2, 0.9, size=3)
+        frequency = rng.uniform(*HEAD_SWAY_HZ, size=3)
         phase = rng.uniform(0.0, 2.0 * np.pi, size=3)
         wave = np.sin(2.0 * np.pi * frequency[None, :] * t + phase[None, :]) @ np.array([1.0, 0.6, 0.35])
         wave = wave - wave.mean()
@@ -200,16 +177,24 @@ def move_head(frame: np.ndarray, shift: np.ndarray) -> np.ndarray:
 def head_shifts(frames: np.ndarray) -> np.ndarray:
     """``(F, S, S, 3)`` uint8 frames -> ``(F, 2)`` each frame's shift ``(dx, dy)`` in
     pixels, with the mean shift removed: phase correlation of the grey images (under a
-    Hann window) against the first frame, then once more against the median of the
-    frames shifted back (a sharp reference first, since the median of a moving head is
-    blurred; then one that no single frame's mouth or blink dominates)."""
+    Hann window, :func:`phase_shifts`) against the first frame, then once more against the
+    median of the frames shifted back (a sharp reference first, since the median of a
+    moving head is blurred; then one that no single frame's mouth or blink dominates). The
+    window leaves out the mouth, softly: a speaking mouth changes more between frames than
+    anything else, and a phase correlation that sees it reads part of that change as a
+    shift."""
     import cv2
 
     grey = frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
-    window = cv2.createHanningWindow(grey.shape[1:][::-1], cv2.CV_32F)
-    reference = np.ascontiguousarray(grey[0])
+    size = grey.shape[1]
+    mouth = np.zeros(grey.shape[1:], np.float32)
+    centre = (round(0.5 * size), round((LAYOUT.mouth_y + 0.03) * size))
+    cv2.ellipse(mouth, centre, (round(0.15 * size), round(0.1 * size)), 0, 0, 360, 1.0, -1)
+    mouth = cv2.GaussianBlur(mouth, (0, 0), 0.03 * size)
+    window = cv2.createHanningWindow(grey.shape[1:][::-1], cv2.CV_32F) * (1.0 - mouth)
+    reference = grey[0]
     for _ in range(2):
-        shifts = np.array([cv2.phaseCorrelate(reference, g, window)[0] for g in grey])  # one FFT pair per frame
+        shifts = phase_shifts(reference, grey, window)
         # A frame whose mouth or lids changed most can lock onto the wrong peak; a head
         # path is smooth, so a shift over 3 px from its 5-frame median is such a miss.
         local = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(shifts, ((2, 2), (0, 0)), mode="edge"), 5, axis=0), axis=-1)
@@ -219,20 +204,56 @@ def head_shifts(frames: np.ndarray) -> np.ndarray:
     return shifts
 
 
-def style_from_expression(expression: np.ndarray, style_dim: int) -> torch.Tensor:
+def phase_shifts(reference: np.ndarray, images: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """``(F, 2)`` shift ``(dx, dy)`` in pixels of each of the ``(F, S, S)`` grey ``images``
+    against the ``(S, S)`` ``reference``, both under ``window`` ``(S, S)``: the peak of the
+    phase correlation, refined to the centroid of its 5 x 5 neighbourhood (as OpenCV's
+    ``phaseCorrelate`` refines it).
+
+    The cross-power spectrum is whitened with a floor of 1e-3 of its mean magnitude.
+    Plain whitening (``phaseCorrelate``'s) divides by the magnitude alone, which at
+    frequencies where the windowed picture has next to no energy blows rounding noise up
+    into a bias: two copies of one frame, grey-converted in different rows of one array,
+    then read as up to a pixel apart."""
+    spectrum = np.fft.rfft2(images * window) * np.conj(np.fft.rfft2(reference * window))
+    magnitude = np.abs(spectrum)
+    spectrum /= magnitude + 1e-3 * magnitude.mean(axis=(-2, -1), keepdims=True)
+    correlation = np.fft.irfft2(spectrum, s=reference.shape)  # (F, S, S), peak at the shift
+    f, h, w = correlation.shape
+    peak = correlation.reshape(f, -1).argmax(axis=1)
+    offsets = np.arange(-2, 3)
+    rows = (peak // w)[:, None] + offsets  # (F, 5)
+    cols = (peak % w)[:, None] + offsets
+    around = np.clip(correlation[np.arange(f)[:, None, None], rows[:, :, None] % h, cols[:, None, :] % w], 0.0, None)  # (F, 5, 5)
+    mass = np.maximum(around.sum(axis=(1, 2)), 1e-12)
+    dy = (around.sum(axis=2) * rows).sum(axis=1) / mass
+    dx = (around.sum(axis=1) * cols).sum(axis=1) / mass
+    # Peaks past the middle are negative shifts (the correlation wraps around).
+    return np.stack([(dx + w / 2) % w - w / 2, (dy + h / 2) % h - h / 2], axis=1)
+
+
+def style_from_expression(
+    expression: np.ndarray, style_dim: int, directions: np.ndarray = EMOTION_DIRECTIONS
+) -> torch.Tensor:
     """``(9,)`` expression parameters -> ``(style_dim,)`` S^v: the non-negative mix of
-    emotion directions closest to them (its sum is the intensity).
+    emotion ``directions`` ``(7, 9)`` closest to them, and the intensity that draws that
+    far along it (:data:`EXPRESSION_GAMMA` inverted).
 
     A small ridge term keeps opposite emotions (sad and happy nearly cancel) from
-    explaining measurement noise with large amounts of both."""
+    explaining measurement noise with large amounts of both; it also shrinks the amounts,
+    so how far the face moved along the chosen mix is read without it, by projection."""
+    trust = READ_TRUST[:, None]
     ridge = np.sqrt(RIDGE) * np.eye(len(EMOTIONS))
-    system = np.concatenate([EMOTION_DIRECTIONS.T, ridge])
-    amounts = _nonnegative_least_squares(system, np.concatenate([expression, np.zeros(len(EMOTIONS))]))
+    system = np.concatenate([trust * directions.T, ridge])
+    amounts = _nonnegative_least_squares(system, np.concatenate([READ_TRUST * expression, np.zeros(len(EMOTIONS))]))
     total = float(amounts.sum())
     style = torch.zeros(style_dim, dtype=torch.float32)
     if total > 0.05:
-        style[: len(EMOTIONS)] = torch.from_numpy((amounts / total).astype(np.float32))
-        style[len(EMOTIONS)] = min(total, 1.0)
+        weights = amounts / total
+        mix = READ_TRUST * (weights @ directions)
+        drawn = float(np.clip((READ_TRUST * expression) @ mix / max(float(mix @ mix), 1e-9), 0.0, 1.0))
+        style[: len(EMOTIONS)] = torch.from_numpy(weights.astype(np.float32))
+        style[len(EMOTIONS)] = drawn ** (1.0 / EXPRESSION_GAMMA)
     return style
 
 
@@ -263,6 +284,13 @@ def _nonnegative_least_squares(a: np.ndarray, b: np.ndarray, iterations: int = 5
 
 
 # ---------------------------------------------------------------------- content
+LOUDNESS_FLOOR_DB = -60.0
+"""The least level (dB of the mean square of samples in [-1, 1]) that :func:`audio_content`
+takes for an utterance's loud frames. Speech is far above it (Piper's loud frames are near
+-24 dB); a recording of digital silence, whose own loudest frames are silence, would
+otherwise read as loud throughout and open the mouth wide."""
+
+
 def audio_content(samples: np.ndarray, sample_rate: int, frames: int, content_dim: int) -> np.ndarray:
     """``(T,)`` speech -> ``(frames, content_dim)`` float32 C^v (layout in the module
     docstring), one row per 25 fps frame ``[i / 25, (i + 1) / 25)``, from 80 ms Hann
@@ -283,7 +311,7 @@ def audio_content(samples: np.ndarray, sample_rate: int, frames: int, content_di
     mel = power @ prosody.mel_filterbank(2 * length, rate, bands).T  # (F, bands)
     mel_db = 10.0 * np.log10(mel + 1e-10)
     frame_db = 10.0 * np.log10(np.mean(block**2, axis=1) + 1e-10)
-    loud = np.percentile(frame_db, 95) if frames > 1 else frame_db.max()
+    loud = max(float(np.percentile(frame_db, 95) if frames > 1 else frame_db.max()), LOUDNESS_FLOOR_DB)
     out = np.empty((frames, content_dim), dtype=np.float32)
     out[:, 0] = np.clip((frame_db - (loud - 50.0)) / 50.0, 0.0, 1.0)
     weights = mel / np.maximum(mel.sum(axis=1, keepdims=True), 1e-12)
@@ -324,6 +352,27 @@ def anchor_loudness(content: np.ndarray, speaking: np.ndarray) -> np.ndarray:
     return out
 
 
+def spread_units(content: np.ndarray, alignment: np.ndarray, sample_rate: int, count: int, fps: float) -> np.ndarray:
+    """Per-unit C^v ``(Ls, D)`` -> per-frame ``(count, D)`` float32: each frame is the mean
+    of the rows sounding over its span ``[i / fps, (i + 1) / fps)``, weighted by their
+    samples under ``alignment`` ``(T,)`` (the unit at each sample, -1 in silence, which
+    counts as a row of zeros: the closed mouth of no sound).
+
+    A phoneme is often shorter than a frame; taking only the unit at each frame's centre
+    skips such phonemes and moves a change of loudness to whichever frame a boundary falls
+    nearest, while the sound's own envelope (which lip sync compares the mouth with) is an
+    average over the frame."""
+    units = content.shape[0]
+    labels = np.asarray(alignment, dtype=np.int64)
+    frame = np.floor(np.arange(labels.shape[0]) * fps / sample_rate).astype(np.int64)
+    inside = frame < count
+    row = np.where((labels < 0) | (labels >= units), units, labels)
+    samples = np.bincount(frame[inside] * (units + 1) + row[inside], minlength=count * (units + 1)).reshape(count, units + 1)
+    span = np.diff(np.round(np.arange(count + 1) * sample_rate / fps))  # samples per frame; past the speech, silence
+    table = np.concatenate([content, np.zeros((1, content.shape[1]), content.dtype)])
+    return ((samples / span[:, None]) @ table).astype(np.float32)
+
+
 def mouth_drive(content: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``(F, content_dim)`` C^v -> per-frame mouth ``opening`` in [0, 1] and
     ``roundness`` in [-1, 1] (negative: spread)."""
@@ -339,395 +388,6 @@ def mouth_drive(content: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     centre = float(np.median(brightness[speaking])) if speaking.any() else 0.5
     roundness = np.clip((centre - brightness) * 4.0, -1.0, 1.0) * speaking
     return opening, roundness
-
-
-# ---------------------------------------------------------------------- drawing
-def _px(value: float, size: int) -> int:
-    return int(round(value * size))
-
-
-def _ellipse(image, centre, axes, colour, arc=(0, 360), thickness=-1) -> None:
-    """An anti-aliased ellipse with ``centre`` and ``axes`` as fractions of the side."""
-    import cv2
-
-    s = image.shape[0]
-    cv2.ellipse(
-        image, (_px(centre[0], s), _px(centre[1], s)), (_px(axes[0], s), _px(axes[1], s)),
-        0, arc[0], arc[1], colour, thickness, cv2.LINE_AA,
-    )
-
-
-def _mouth_curves(expression: np.ndarray, opening: float, roundness: float, size: int, layout: Layout):
-    """Outline points ``(25, 2)`` float: upper outer, upper inner, lower inner, lower
-    outer edges, left to right, and the teeth's lower edge."""
-    e = dict(zip(EXPRESSION_PARAMS, expression))
-    cx, my = 0.5 * size, layout.mouth_y * size
-    half = layout.mouth_rx * size * (1.0 + 0.25 * e["mouth_width"]) * (1.0 - 0.2 * roundness)
-    corner_left = my - 0.028 * size * e["mouth_curve"]
-    corner_right = corner_left - 0.03 * size * e["mouth_asym"]
-    u = np.linspace(-1.0, 1.0, 25)
-    bump = 1.0 - u**2
-    corners = corner_left + (corner_right - corner_left) * (u + 1.0) / 2.0
-    middle = corners * u**2 + my * bump
-    gap = 0.075 * size * float(np.clip(e["jaw_open"] + opening, 0.0, 1.2))
-    shape = bump**0.7
-    upper_inner = middle - 0.25 * gap * shape - 0.02 * size * max(e["lip_raise"], 0.0) * bump
-    lower_inner = middle + 0.75 * gap * shape
-    upper_outer = upper_inner - 0.014 * size * np.sqrt(bump)
-    lower_outer = lower_inner + 0.02 * size * np.sqrt(bump)
-    teeth = np.minimum(upper_inner + 0.018 * size * shape, lower_inner)
-    x = cx + half * u
-    return [np.stack([x, y], axis=1) for y in (upper_outer, upper_inner, lower_inner, lower_outer, teeth)]
-
-
-def draw_features(
-    image: np.ndarray,
-    expression: np.ndarray,
-    opening: float = 0.0,
-    roundness: float = 0.0,
-    blink: float = 1.0,
-    iris_colour: Tuple[int, int, int] = (92, 62, 40),
-    layout: Layout = LAYOUT,
-    gaze: Tuple[float, float] = (0.0, 0.0),
-) -> np.ndarray:
-    """Draw brows, eyes and mouth with ``expression`` (``(9,)``) onto a copy of the
-    ``(S, S, 3)`` uint8 RGB ``image``; ``blink`` scales the lid opening, ``gaze``
-    ``(x, y)`` in [-1, 1] moves the irises by up to :data:`GAZE_TRAVEL`."""
-    import cv2
-
-    size = image.shape[0]
-    out = image.copy()
-    e = dict(zip(EXPRESSION_PARAMS, expression))
-    # cv2 draws in fixed point with 4 fractional bits: sub-pixel outlines keep small
-    # moves of the features smooth instead of jumping a pixel at a time.
-    scale = float(1 << 4)
-
-    def points(array: np.ndarray) -> np.ndarray:
-        return np.round(array * scale).astype(np.int32).reshape(-1, 1, 2)
-
-    # Brows: a tapered arc from the inner to the outer end.
-    for side in (-1.0, 1.0):
-        lift = 0.028 * e["brow_raise"] + (0.022 * e["brow_asym"] if side > 0 else 0.0)
-        inner = layout.brow_y - lift - 0.022 * e["brow_tilt"]
-        outer = layout.brow_y - lift + 0.01 * e["brow_tilt"]
-        t = np.linspace(0.0, 1.0, 12)
-        xs = 0.5 + side * (layout.brow_inner + (layout.brow_outer - layout.brow_inner) * t)
-        ys = inner + (outer - inner) * t - 0.014 * np.sin(np.pi * t)
-        thickness = 0.011 - 0.005 * t
-        top = np.stack([xs, ys - thickness], axis=1) * size
-        bottom = np.stack([xs, ys + thickness], axis=1)[::-1] * size
-        cv2.fillPoly(out, [points(np.concatenate([top, bottom]))], BROW_COLOUR, cv2.LINE_AA, 4)
-
-    # Eyes: sclera and iris inside the lid ellipse, then the upper lid line.
-    openness = float(np.clip(1.0 + e["eye_open"], 0.05, 2.0)) * blink
-    for side in (-1.0, 1.0):
-        cx, cy = (0.5 + side * layout.eye_dx) * size, layout.eye_y * size
-        rx, ry = layout.eye_rx * size, max(layout.eye_ry * size * openness, 0.5)
-        x0, x1 = int(cx - rx) - 2, int(cx + rx) + 3
-        y0, y1 = int(cy - layout.eye_ry * size * 2.2) - 2, int(cy + layout.eye_ry * size * 2.2) + 3
-        roi = out[y0:y1, x0:x1]
-        local = (int(round((cx - x0) * scale)), int(round((cy - y0) * scale)))
-        axes = (int(round(rx * scale)), int(round(ry * scale)))
-        mask = np.zeros(roi.shape[:2], np.uint8)
-        cv2.ellipse(mask, local, axes, 0, 0, 360, 255, -1, cv2.LINE_AA, 4)
-        eye = np.empty_like(roi)
-        eye[:] = SCLERA_COLOUR
-        iris = int(round(layout.iris_r * size * scale))
-        looking = (
-            local[0] + int(round(gaze[0] * GAZE_TRAVEL[0] * size * scale)),
-            local[1] + int(round(gaze[1] * GAZE_TRAVEL[1] * size * scale)),
-        )
-        cv2.circle(eye, looking, iris, iris_colour, -1, cv2.LINE_AA, 4)
-        cv2.circle(eye, looking, int(iris * 0.45), (18, 14, 14), -1, cv2.LINE_AA, 4)
-        glint = (looking[0] + iris // 3, looking[1] - iris // 3)
-        cv2.circle(eye, glint, max(int(iris * 0.18), 1), (255, 255, 255), -1, cv2.LINE_AA, 4)
-        alpha = (mask.astype(np.float32) / 255.0)[..., None]
-        roi[:] = (roi * (1.0 - alpha) + eye * alpha).astype(np.uint8)
-        lid_centre = (int(round(cx * scale)), int(round(cy * scale)))
-        cv2.ellipse(out, lid_centre, axes, 0, 180, 360, LID_COLOUR, 2, cv2.LINE_AA, 4)
-
-    # Mouth: lips, the dark inside, the upper teeth, and a seam when closed.
-    upper_outer, upper_inner, lower_inner, lower_outer, teeth = _mouth_curves(
-        expression, opening, roundness, size, layout
-    )
-    lips = np.concatenate([upper_outer, lower_outer[::-1]])
-    cv2.fillPoly(out, [points(lips)], LIP_COLOUR, cv2.LINE_AA, 4)
-    if np.max(lower_inner[:, 1] - upper_inner[:, 1]) > 0.6:
-        inside = np.concatenate([upper_inner, lower_inner[::-1]])
-        cv2.fillPoly(out, [points(inside)], MOUTH_COLOUR, cv2.LINE_AA, 4)
-        middle = slice(5, 20)
-        cv2.fillPoly(
-            out, [points(np.concatenate([upper_inner[middle], teeth[middle][::-1]]))], TEETH_COLOUR, cv2.LINE_AA, 4
-        )
-    cv2.polylines(out, [points(upper_inner)], False, (96, 30, 40), 1, cv2.LINE_AA, 4)
-    return out
-
-
-def _feature_masks(size: int, layout: Layout) -> np.ndarray:
-    """``(S, S)`` uint8 mask of where the renderer draws (eyes, brows, mouth), grown a
-    little, for painting the portrait's own features out."""
-    mask = np.zeros((size, size), np.uint8)
-    for side in (-1.0, 1.0):
-        cx = 0.5 + side * layout.eye_dx
-        _ellipse(mask, (cx, layout.eye_y), (layout.eye_rx * 1.35, 0.05), 255)
-        bx = 0.5 + side * (layout.brow_inner + layout.brow_outer) / 2
-        _ellipse(mask, (bx, layout.brow_y - 0.01), (0.085, 0.045), 255)
-    _ellipse(mask, (0.5, layout.mouth_y + 0.02), (layout.mouth_rx * 1.6, 0.075), 255)
-    return mask
-
-
-def _square(image: np.ndarray, size: int) -> np.ndarray:
-    """Centre-crop to a square and resize to ``size`` (uint8 RGB)."""
-    import cv2
-
-    image = np.asarray(image)
-    if image.ndim != 3 or image.shape[2] != 3:
-        raise ValueError(f"portrait must be (H, W, 3) RGB, got shape {image.shape}")
-    image = image.astype(np.uint8) if image.dtype != np.uint8 else image
-    h, w = image.shape[:2]
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    crop = np.ascontiguousarray(image[top : top + side, left : left + side])
-    if side == size:
-        return crop.copy()
-    interpolation = cv2.INTER_AREA if side > size else cv2.INTER_CUBIC
-    return cv2.resize(crop, (size, size), interpolation=interpolation)
-
-
-# ---------------------------------------------------------------------- portraits
-_SKIN = [(241, 212, 190), (228, 188, 160), (205, 160, 124), (174, 124, 90), (134, 90, 62), (100, 66, 46)]
-_HAIR = [(30, 24, 22), (70, 45, 30), (120, 80, 45), (170, 120, 60), (200, 170, 110), (110, 40, 25)]
-_IRIS = [(92, 62, 40), (60, 90, 120), (70, 100, 60), (50, 36, 28)]
-
-
-def _label(value) -> str:
-    return "".join(ch for ch in str(value or "").lower() if ch.isalnum())
-
-
-def default_portrait(profile: dict, seed: int, size: int = 256) -> np.ndarray:
-    """A stylised frontal portrait in :data:`LAYOUT` for an avatar without a picture:
-    ``(size, size, 3)`` uint8 RGB, the same for the same ``profile`` and ``seed``.
-
-    The profile shapes it: ``gender`` (long or short hair, face width), ``age`` (child:
-    rounder face, elderly: grey hair and lines), ``timbre`` (a lower voice gets a
-    broader jaw); the seed picks skin, hair and eye colours and the background.
-    """
-    import cv2
-
-    rng = np.random.default_rng(seed)
-    gender, age = _label((profile or {}).get("gender")), _label((profile or {}).get("age"))
-    timbre = _label((profile or {}).get("timbre"))
-    skin = np.array(_SKIN[rng.integers(len(_SKIN))], dtype=np.float64)
-    hair = _HAIR[rng.integers(len(_HAIR))]
-    if age == "elderly":
-        hair = (190, 188, 184) if rng.random() < 0.6 else (150, 148, 146)
-    s = size
-    # Background: a soft vertical gradient between two seeded pastel colours.
-    top_colour, bottom_colour = rng.uniform(150, 235, size=3), rng.uniform(110, 215, size=3)
-    t = np.linspace(0.0, 1.0, s)[:, None, None]
-    image = np.broadcast_to(top_colour * (1 - t) + bottom_colour * t, (s, s, 3)).astype(np.uint8).copy()
-
-    head_cx, head_cy = LAYOUT.head_centre
-    ax, ay = LAYOUT.head_axes
-    if gender == "female":
-        ax *= 0.96
-    if age == "child":
-        ax, ay = ax * 1.05, ay * 0.97
-    if timbre == "low":
-        ax *= 1.03
-    skin_c = tuple(int(v) for v in skin)
-    shade = tuple(int(v) for v in skin * 0.82)
-    shirt = tuple(int(v) for v in rng.uniform(40, 200, size=3))
-
-    # Long hair falls behind the head and onto the shoulders.
-    if gender == "female":
-        _ellipse(image, (0.5, 0.56), (ax + 0.06, 0.4), hair)
-        corners = (_px(0.5 - ax - 0.06, s), _px(0.56, s)), (_px(0.5 + ax + 0.06, s), _px(0.92, s))
-        cv2.rectangle(image, *corners, hair, -1)
-    # Shoulders and neck.
-    _ellipse(image, (0.5, 1.08), (0.46, 0.2), shirt)
-    cv2.rectangle(image, (_px(0.415, s), _px(0.78, s)), (_px(0.585, s), _px(0.93, s)), shade, -1)
-    # Ears, then the head.
-    for side in (-1, 1):
-        _ellipse(image, (0.5 + side * ax, LAYOUT.eye_y + 0.04), (0.03, 0.055), shade)
-    _ellipse(image, (head_cx, head_cy), (ax, ay), skin_c)
-    # Hair on top of the head down to a hairline that stays above 26 % of the height
-    # over the brows (so that they stay clear) and comes down at the temples.
-    ys, xs = np.mgrid[0:s, 0:s] / float(s)
-    dx = np.abs(xs - 0.5)
-    inside = ((xs - 0.5) / (ax + 0.02)) ** 2 + ((ys - head_cy) / (ay + 0.045)) ** 2 <= 1.0
-    receding = 0.03 if age == "elderly" and gender == "male" else 0.0
-    hairline = 0.255 + 1.6 * np.maximum(dx - 0.19, 0.0) + receding
-    hair_mask = (inside & (ys < hairline)).astype(np.float32)
-    hair_mask = cv2.GaussianBlur(hair_mask, (3, 3), 0)[..., None]
-    image[:] = (image * (1.0 - hair_mask) + np.asarray(hair, np.float32) * hair_mask).astype(np.uint8)
-    if gender == "female":
-        for side in (-1, 1):
-            _ellipse(image, (0.5 + side * (ax - 0.012), 0.36), (0.03, 0.13), hair)
-    # Nose: a soft shadow and the nostrils.
-    nose = LAYOUT.nose_y
-    bridge = ((_px(0.49, s), _px(LAYOUT.eye_y + 0.02, s)), (_px(0.484, s), _px(nose - 0.015, s)))
-    cv2.line(image, *bridge, shade, 2, cv2.LINE_AA)
-    for side in (-1, 1):
-        _ellipse(image, (0.5 + side * 0.02, nose), (0.014, 0.008), shade)
-    # Lines for the elderly, faint enough not to read as a brow or a lip.
-    faint = tuple(int(v) for v in skin * 0.9)
-    if age == "elderly":
-        for dy in (0.27, 0.295):
-            _ellipse(image, (0.5, dy + 0.03), (0.09, 0.03), faint, arc=(200, 340), thickness=1)
-        for side in (-1, 1):
-            arc = (90 - side * 60, 90 - side * 20)
-            _ellipse(image, (0.5 + side * 0.12, 0.66), (0.03, 0.06), faint, arc=arc, thickness=1)
-    iris = _IRIS[rng.integers(len(_IRIS))]
-    return draw_features(image, np.zeros(len(EXPRESSION_PARAMS)), iris_colour=iris)
-
-
-def fit_portrait(image: np.ndarray, size: int = 256) -> np.ndarray:
-    """Crop a photo to :data:`LAYOUT` (a square around the face found by the Haar
-    detector of :class:`empatheia.faces.FaceCropper`) and resize to ``size``; an image
-    without a detectable face is centre-cropped."""
-    from empatheia.faces import FaceCropper, NoFaceError
-
-    frames = np.asarray(image, dtype=np.uint8)[None]
-    try:
-        top, left, side = FaceCropper(margin=0.45, num_probes=1).box(frames)
-        frames = frames[:, top : top + side, left : left + side]
-    except NoFaceError:
-        pass
-    return _square(frames[0], size)
-
-
-# ---------------------------------------------------------------------- measuring
-def _windows(size: int, layout: Layout) -> Dict[str, Tuple[slice, slice]]:
-    def box(x0, x1, y0, y1):
-        return slice(_px(y0, size), _px(y1, size)), slice(_px(x0, size), _px(x1, size))
-
-    windows = {"mouth": box(0.36, 0.64, 0.605, 0.80), "cheeks": box(0.32, 0.38, 0.55, 0.60)}
-    for name, side in (("left", -1), ("right", 1)):
-        # Inside the hairline (26 % of the height, lower beyond 19 % from the middle).
-        inner, outer = 0.5 + side * 0.035, 0.5 + side * 0.185
-        windows[f"brow_{name}"] = box(min(inner, outer), max(inner, outer), 0.29, 0.44)
-        cx = 0.5 + side * layout.eye_dx
-        windows[f"eye_{name}"] = box(cx - 0.048, cx + 0.048, layout.eye_y - 0.06, layout.eye_y + 0.06)
-        windows[f"pupil_{name}"] = box(cx - layout.eye_rx, cx + layout.eye_rx, layout.eye_y - 0.025, layout.eye_y + 0.03)
-    return windows
-
-
-GEOMETRY_COLUMNS = (
-    "brow_left_height",
-    "brow_left_slope",
-    "brow_right_height",
-    "brow_right_slope",
-    "eye_left_open",
-    "eye_right_open",
-    "mouth_width",
-    "mouth_top",
-    "mouth_top_slope",
-    "mouth_top_curvature",
-    "mouth_bottom",
-    "mouth_dark_area",
-    "mouth_teeth_area",
-    "mouth_middle",
-    "pupil_dx",
-    "pupil_dy",
-)
-"""The columns of :func:`face_geometry`."""
-
-
-def face_geometry(frames: np.ndarray, layout: Layout = LAYOUT) -> np.ndarray:
-    """``(F, S, S, 3)`` uint8 RGB frames of this renderer -> ``(F, 16)`` geometry per frame
-    (:data:`GEOMETRY_COLUMNS`; lengths as fractions of the side, areas in % of the
-    frame): per brow its height at the window centre and its slope (inner end up is
-    positive); per eye the mean sclera height; the mouth's width, the height, slope and
-    curvature of its top edge, the height of its bottom edge, its dark (open) area, its
-    teeth area and the height of its mid-line; and where the pupils are (the centroid of
-    the near-black pixels in each eye's opening, from the eye's centre in the layout,
-    mean of both eyes; 0 when the eyes are shut), which follows the gaze."""
-    f, size = frames.shape[0], frames.shape[1]
-    x = frames.astype(np.float32)
-    luma = x @ np.array([0.299, 0.587, 0.114], dtype=np.float32)  # (F, S, S)
-    w = _windows(size, layout)
-    cheeks = x[:, w["cheeks"][0], w["cheeks"][1]].reshape(f, -1, 3)
-    skin = np.median(cheeks, axis=1)  # (F, 3)
-    skin_luma = skin @ np.array([0.299, 0.587, 0.114])
-    channel_min, channel_max = x.min(axis=-1), x.max(axis=-1)
-    white = (channel_min > 185) & (channel_max - channel_min < 32)
-    out = []
-
-    for name in ("left", "right"):
-        rows, cols = w[f"brow_{name}"]
-        dark = luma[:, rows, cols] < (0.55 * skin_luma)[:, None, None]  # (F, h, w)
-        ys = np.arange(dark.shape[1], dtype=np.float64)[None, :, None]
-        counts = dark.sum(axis=1)  # (F, w)
-        centre = (dark * ys).sum(axis=1) / np.maximum(counts, 1)  # (F, w) row of the brow
-        # A brow is at least 2 px thick; a lone dark pixel is a stray hair or a speck.
-        valid = counts >= 2
-        xs = np.arange(dark.shape[2], dtype=np.float64)[None, :] - (dark.shape[2] - 1) / 2.0
-        n = np.maximum(valid.sum(axis=1), 1)
-        mean_x = (valid * xs).sum(axis=1) / n
-        mean_y = (valid * centre).sum(axis=1) / n
-        var_x = (valid * (xs - mean_x[:, None]) ** 2).sum(axis=1)
-        cov = (valid * (xs - mean_x[:, None]) * (centre - mean_y[:, None])).sum(axis=1)
-        slope = cov / np.maximum(var_x, 1e-6)
-        height = mean_y - slope * mean_x + rows.start  # at the window's centre column
-        # Slope as inner-end-higher positive on both sides.
-        out += [height / size, (slope if name == "left" else -slope)]
-    pupil_offsets = []
-    for name, side in (("left", -1.0), ("right", 1.0)):
-        rows, cols = w[f"eye_{name}"]
-        out.append(white[:, rows, cols].sum(axis=(1, 2)) / (cols.stop - cols.start) / size)
-        # The pupil is darker than everything near it (the lid line and the brows stop
-        # at a channel maximum of 35-40); its window stops short of the lowest brow.
-        rows, cols = w[f"pupil_{name}"]
-        darkness = np.clip((32.0 - channel_max[:, rows, cols]) / 10.0, 0.0, 1.0)  # (F, h, w)
-        mass = darkness.sum(axis=(1, 2))
-        ys = np.arange(rows.start, rows.stop, dtype=np.float64) - layout.eye_y * size
-        xs = np.arange(cols.start, cols.stop, dtype=np.float64) - (0.5 + side * layout.eye_dx) * size
-        found = mass > 1.0
-        centroid = np.stack([darkness.sum(axis=1) @ xs, darkness.sum(axis=2) @ ys], axis=1)
-        pupil_offsets.append(np.where(found[:, None], centroid / np.maximum(mass, 1e-9)[:, None], 0.0) / size)
-    pupil = (pupil_offsets[0] + pupil_offsets[1]) / 2.0  # (F, 2)
-
-    rows, cols = w["mouth"]
-    region = x[:, rows, cols]
-    # Lips by their redness (red over green), which no skin tone reaches, the inside by
-    # its darkness, the teeth by their whiteness: all independent of the skin's shade.
-    lips = region[..., 0] > 1.9 * region[..., 1] + 8.0
-    dark = luma[:, rows, cols] < np.minimum(70.0, 0.6 * skin_luma)[:, None, None]
-    teeth = white[:, rows, cols]
-    mouth = lips | dark | teeth  # (F, h, w)
-    h, wd = mouth.shape[1], mouth.shape[2]
-    column_any = mouth.any(axis=1)  # (F, w)
-    top = np.where(column_any, mouth.argmax(axis=1), np.nan)
-    bottom = np.where(column_any, h - 1 - mouth[:, ::-1, :].argmax(axis=1), np.nan)
-    columns = np.arange(wd, dtype=np.float64)
-    left = np.where(column_any.any(axis=1), column_any.argmax(axis=1), 0)
-    right = np.where(column_any.any(axis=1), wd - 1 - column_any[:, ::-1].argmax(axis=1), 1)
-    width = (right - left + 1).astype(np.float64)
-    centre = (left + right) / 2.0
-    u = (columns[None, :] - centre[:, None]) / np.maximum(width[:, None] / 2.0, 1.0)  # (F, w)
-    fit = np.zeros((f, 3))
-    for i in range(f):  # a 3-coefficient fit per frame; vectorising it obscures more than it saves
-        ok = column_any[i] & (np.abs(u[i]) <= 0.9)
-        if ok.sum() >= 3:
-            fit[i] = np.polyfit(u[i][ok], top[i][ok], 2)[::-1]
-    mid_rows = np.where(column_any, (top + bottom) / 2.0, np.nan)
-    centre_cols = np.abs(u) < 0.3
-    centre_rows = np.where(centre_cols & column_any, mid_rows, 0.0)
-    mid = centre_rows.sum(axis=1) / np.maximum((centre_cols & column_any).sum(axis=1), 1)
-    out += [
-        width / size,
-        (fit[:, 0] + rows.start) / size,
-        fit[:, 1] / size,
-        fit[:, 2] / size,
-        (np.nanmax(np.where(column_any, bottom, 0.0), axis=1) + rows.start) / size,
-        dark.sum(axis=(1, 2)) / size**2 * 100.0,
-        teeth.sum(axis=(1, 2)) / size**2 * 100.0,
-        (mid + rows.start) / size,
-        pupil[:, 0],
-        pupil[:, 1],
-    ]
-    return np.stack(out, axis=1)
 
 
 # ---------------------------------------------------------------------- renderer
@@ -758,6 +418,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         self.size = int(size)
         self.max_style_frames = int(max_style_frames)
         self._readout: Optional[np.ndarray] = None
+        self._directions: Optional[np.ndarray] = None
 
     # ------------------------------------------------------------------ content
     def content_features(self, audio: Sequence[PathLike]) -> List[torch.Tensor]:
@@ -794,9 +455,10 @@ class AvatarRenderer(TalkingHeadGenerator):
         portrait: np.ndarray,
     ) -> VideoFrames:
         """Frames spanning ``speech``; ``content`` is ``(Ls, content_dim)`` per speech unit
-        when ``speech.alignment`` is given (each frame takes the unit sounding at its
-        centre, and frames in silence keep the mouth closed), a per-frame time series
-        (resampled to ``frame_count``) without one, or ``None`` (derived from the speech)."""
+        when ``speech.alignment`` is given (each frame takes the mean of the units sounding
+        over its span, :func:`spread_units`, and a frame whose centre is in silence closes
+        the jaw to the expression's rest), a per-frame time series (resampled to
+        ``frame_count``) without one, or ``None`` (derived from the speech)."""
         count = self.frame_count(speech)
         silent = np.zeros(count, dtype=bool)
         if content is None:
@@ -806,17 +468,20 @@ class AvatarRenderer(TalkingHeadGenerator):
                 raise ValueError(f"video content must be (L, {self.features.content_dim}), got {tuple(content.shape)}")
             content = content.detach().float().cpu()
             if speech.alignment is not None:
-                content, labels = expand_units(content, speech, count, self.fps, torch.zeros(content.shape[1]))
+                # The unit at each frame's centre says which frames are silence (and checks
+                # that C^v has a row for every unit the speech names).
+                _, labels = expand_units(content, speech, count, self.fps, torch.zeros(content.shape[1]))
                 silent = labels.numpy() < 0
-                content = torch.from_numpy(anchor_loudness(content.numpy(), ~silent))
+                spread = spread_units(content.numpy(), speech.alignment.numpy(), speech.sample_rate, count, self.fps)
+                content = torch.from_numpy(anchor_loudness(spread, ~silent))
             else:
                 content = resample_rows(content, count)
         if style.shape[-1] != self.features.style_dim:
             raise ValueError(f"video style must have {self.features.style_dim} dims, got {tuple(style.shape)}")
         expression = expression_from_style(style)
         opening, roundness = mouth_drive(content.numpy())
-        # Silence closes the mouth whatever C^v says: the jaw smoothing would otherwise
-        # carry a neighbour's opening into the pause.
+        # Silence closes the jaw to the expression's rest whatever C^v says: the jaw
+        # smoothing would otherwise carry a neighbour's opening into the pause.
         opening, roundness = np.where(silent, 0.0, opening), np.where(silent, 0.0, roundness)
         base = self.prepare_portrait(portrait)
         blinks = self._blinks(count, base)
@@ -852,8 +517,8 @@ class AvatarRenderer(TalkingHeadGenerator):
         """The portrait at ``size`` with its own eyes, brows and mouth painted out."""
         import cv2
 
-        image = _square(portrait, self.size)
-        return cv2.inpaint(image, _feature_masks(self.size, LAYOUT), 5, cv2.INPAINT_TELEA)
+        image = square_crop(portrait, self.size)
+        return cv2.inpaint(image, feature_mask(self.size, LAYOUT), 5, cv2.INPAINT_TELEA)
 
     def _head_path(self, count: int, style: torch.Tensor, base: np.ndarray) -> np.ndarray:
         """``(count, 2)`` head shifts for the style's head motion (:func:`head_path`),
@@ -890,12 +555,12 @@ class AvatarRenderer(TalkingHeadGenerator):
         """S^v of ``(F, H, W, 3)`` uint8 frames in memory."""
         frames = np.asarray(frames)
         if frames.shape[1] != self.size or frames.shape[2] != self.size:
-            frames = np.stack([_square(f, self.size) for f in frames])
+            frames = np.stack([square_crop(f, self.size) for f in frames])
         style_dim = self.features.style_dim
         shifts = head_shifts(frames) if frames.shape[0] > 1 else np.zeros((frames.shape[0], 2))
         still = np.stack([move_head(frame, -shift) for frame, shift in zip(frames, shifts)])
         readout = self.readout(still)
-        style = style_from_expression(self._expression_of(readout), style_dim)
+        style = style_from_expression(self._expression_of(readout), style_dim, self._read_directions())
         gaze = self._gaze_of(readout)
         motion = float(np.sqrt(np.mean(shifts[:, 1] ** 2))) / (HEAD_NOD * self.size)
         for index, value in ((GAZE_X, gaze[0]), (GAZE_Y, gaze[1]), (HEAD_MOTION, motion)):
@@ -935,7 +600,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         return expression
 
     def _fitted_readout(self) -> np.ndarray:
-        """``(17, 11)`` least-squares map from ``[geometry, 1]`` to the 9 expression
+        """``(18, 11)`` least-squares map from ``[geometry, 1]`` to the 9 expression
         parameters (mouth opening counted into ``jaw_open``) and the gaze, fitted once on
         faces this renderer draws with random expressions, gazes and speech over a few
         default portraits."""
@@ -953,12 +618,7 @@ class AvatarRenderer(TalkingHeadGenerator):
             openings = rng.uniform(0.0, 1.0, size=count) * (rng.random(count) < 0.6)
             roundness = rng.uniform(-1.0, 1.0, size=count) * (openings > 0.05)
             gazes = rng.uniform(-1.0, 1.0, size=(count, 2))
-            profiles = [
-                {"gender": "female", "age": "young"},
-                {"gender": "male", "age": "elderly"},
-                {"gender": "male", "age": "child"},
-            ]
-            portraits = [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
+            portraits = self._fit_portraits()
             frames = np.stack(
                 [
                     draw_features(
@@ -970,11 +630,35 @@ class AvatarRenderer(TalkingHeadGenerator):
             geometry = face_geometry(frames)
             inputs = np.concatenate([geometry, np.ones((count, 1))], axis=1)
             targets = np.concatenate([expressions, gazes], axis=1)
-            targets[:, EXPRESSION_PARAMS.index("jaw_open")] += openings
+            # The mouth's opening counts into the jaw as drawn: the speech's share of what
+            # the expression's rest leaves.
+            jaw = EXPRESSION_PARAMS.index("jaw_open")
+            targets[:, jaw] = [jaw_opening(rest, speech) for rest, speech in zip(expressions[:, jaw], openings)]
             # A little ridge keeps the map steady where two geometry columns move together.
             gram = inputs.T @ inputs + 1e-4 * np.eye(inputs.shape[1])
             self._readout = np.linalg.solve(gram, inputs.T @ targets)
         return self._readout
+
+    def _read_directions(self) -> np.ndarray:
+        """``(7, 9)`` each emotion's direction as :meth:`readout` reads it: the slope,
+        through the origin, of the expression read from faces drawn at half and at full
+        intensity over the readout's portraits. The drawing is not linear everywhere (the
+        lids stop short of the pupil, a raised upper lip widens the mouth's outline), and
+        matching the face read against what the same reading gives for each emotion keeps
+        such bends from reading as a mix of other emotions."""
+        if self._directions is None:
+            portraits = self._fit_portraits()
+            levels = np.repeat([0.5, 1.0], len(portraits))  # (L,) drawn amount of each face
+            faces = [draw_features(p, level * d) for d in EMOTION_DIRECTIONS for level in (0.5, 1.0) for p in portraits]
+            read = self.readout(np.stack(faces))[:, : len(EXPRESSION_PARAMS)]  # (7 * L, 9)
+            read = read.reshape(len(EMOTIONS), levels.shape[0], len(EXPRESSION_PARAMS))
+            self._directions = np.einsum("l,klp->kp", levels, read) / float(levels @ levels)
+        return self._directions
+
+    def _fit_portraits(self) -> List[np.ndarray]:
+        """The prepared default portraits that the readout is fitted on."""
+        profiles = [{"gender": "female", "age": "young"}, {"gender": "male", "age": "elderly"}, {"gender": "male", "age": "child"}]
+        return [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
 
     def fingerprint(self) -> str:
         return f"AvatarRenderer/v2/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"

@@ -91,7 +91,7 @@ class AvatarRegistry:
 
     def _default_portrait(self, profile: dict, seed: int) -> np.ndarray:
         if self._portrait_factory is None:
-            from .avatar_renderer import default_portrait
+            from .avatar_face import default_portrait
 
             self._portrait_factory = default_portrait
         return self._portrait_factory(profile, seed)

@@ -12,7 +12,8 @@ pytest.importorskip("piper", reason="the Piper voice needs piper-tts")
 pytest.importorskip("onnx", reason="Piper's alignment is read from its graph with onnx")
 
 from empatheia.generators import prosody  # noqa: E402
-from empatheia.generators.avatar_renderer import GEOMETRY_COLUMNS, AvatarRenderer, default_portrait, face_geometry  # noqa: E402
+from empatheia.generators.avatar_face import EMOTIONS, GEOMETRY_COLUMNS, default_portrait, face_geometry  # noqa: E402
+from empatheia.generators.avatar_renderer import AvatarRenderer  # noqa: E402
 from empatheia.generators.base import (  # noqa: E402
     Avatar,
     Waveform,
@@ -164,6 +165,61 @@ def test_silence_in_the_speech_closes_the_mouth(speech, renderer):
     closed_opening = face_geometry(closed)[:, MOUTH_OPEN]
     np.testing.assert_allclose(opening[silent], closed_opening[silent], atol=1e-9)
     assert opening[~silent].mean() > closed_opening[~silent].mean() + 0.1
+
+
+def face(emotion: str, intensity: float = 1.0) -> torch.Tensor:
+    """The 10-d S^v of one emotion alone."""
+    style = torch.zeros(10)
+    style[EMOTIONS.index(emotion)], style[len(EMOTIONS)] = 1.0, intensity
+    return style
+
+
+@pytest.mark.parametrize("emotion", ["surprised", "fear"])
+def test_the_mouth_keeps_sync_under_a_strong_expression(speech, renderer, emotion):
+    """Under an expression that opens and stretches the mouth, the speech still drives
+    the jaw: an answer animated from its per-unit C^v is in sync within one frame, as
+    clearly as the mouth driven by the speech itself (a surprised jaw that rested open near
+    its limit used to leave speech almost nothing to move)."""
+    from empatheia.evaluation.video import lip_sync
+
+    text = "That must have been so hard. Do you want to talk about what happened next?"
+    wave = speech.synthesize(text, None, torch.zeros(12), plain())
+    gold = renderer.unit_content(wave, speech.content_length(text))
+    synced = lip_sync(renderer.animate(wave, gold, face(emotion), PORTRAIT), wave)
+    driven = lip_sync(renderer.animate(wave, None, face(emotion), PORTRAIT), wave)
+    assert -1 <= synced.offset <= 1 and -1 <= driven.offset <= 1, (synced.offset, driven.offset)
+    assert synced.confidence > 0.8 * driven.confidence, (synced.confidence, driven.confidence)
+
+
+def test_a_pause_closes_the_jaw_to_the_expressions_rest(speech, renderer):
+    """In a pause the mouth goes back to the expression's own rest (surprise rests a
+    little open), whatever C^v asks for; while speaking it opens past that rest."""
+    wave = speech.synthesize(TWO_SENTENCES, None, paused_style(0.45), plain())
+    units = speech.content_length(TWO_SENTENCES)
+    loud = renderer.animate(wave, torch.ones(units, 20), face("surprised"), PORTRAIT).frames.numpy()
+    rest = renderer.animate(wave, torch.zeros(units, 20), face("surprised"), PORTRAIT).frames.numpy()
+    neutral = renderer.animate(Waveform(torch.zeros(640), 16000), None, torch.zeros(10), PORTRAIT).frames.numpy()
+    silent = frame_units(wave.alignment, wave.sample_rate, loud.shape[0], renderer.fps).numpy() < 0
+    assert silent.sum() >= 5 and (~silent).sum() >= 5
+    opening, rest_opening, shut = (face_geometry(f)[:, MOUTH_OPEN] for f in (loud, rest, neutral))
+    np.testing.assert_allclose(opening[silent], rest_opening[silent], atol=1e-9)
+    assert rest_opening.mean() > shut[0] + 0.05
+    assert opening[~silent].mean() > rest_opening[~silent].mean() + 0.1
+
+
+def test_a_frame_shows_every_unit_that_sounds_in_it():
+    """Per-unit C^v is spread over the frames by the samples each unit sounds in a frame,
+    so a unit shorter than a frame still counts, and silence counts as zeros."""
+    from empatheia.generators.avatar_renderer import spread_units
+
+    rate, fps = 16000, 25.0  # 640 samples a frame
+    alignment = np.concatenate([np.full(320, -1), np.zeros(160, int), np.ones(800, int), np.full(640, -1)])
+    content = np.array([[1.0, 2.0], [0.5, 4.0]], dtype=np.float32)
+    spread = spread_units(content, alignment, rate, 4, fps)
+    assert spread.shape == (4, 2) and spread.dtype == np.float32
+    np.testing.assert_allclose(spread[0], (160 * content[0] + 160 * content[1]) / 640)
+    np.testing.assert_allclose(spread[1], content[1])
+    np.testing.assert_allclose(spread[2:], 0.0)  # silence, then past the speech's end
 
 
 def test_content_without_alignment_is_still_a_time_series(speech, renderer):

