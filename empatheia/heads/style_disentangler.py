@@ -43,9 +43,8 @@ class StyleDisentangler(nn.Module):
     the hidden state at the Chain of Empathy's emotion slot, where the language model
     commits to the emotion it then writes. Why: the signal tokens come after the chain and
     the response, so in training they follow the reference text and in inference the text
-    the model wrote, and a head fitted to the first reads the second worse (on the
-    ``small`` preset a head that reached 75 % on teacher-forced states reached 55 % in
-    inference, 15 points under the chain's own emotion). The slot comes before the chain's
+    the model wrote, and a head fitted to the first reads the second worse (docs/model.md
+    has the ``small`` preset's numbers). The slot comes before the chain's
     emotion and response, so it is nearly the same state in both, and through it the
     style follows the chain's reading of text, voice and face. A dialogue without a chain
     (stage 3's media-only prompts) gets a learned stand-in token instead.
