@@ -318,7 +318,7 @@ def create_app(
     ):
         """Pick an avatar, or register this session's own: a portrait, and optionally a
         voice clip whose pitch, formants and rate the voice takes on, and a profile."""
-        from ..generators.avatar_renderer import fit_portrait
+        from ..generators.avatar_face import fit_portrait
 
         session = store.get(session_id)
         if (avatar is None) == (portrait is None):
