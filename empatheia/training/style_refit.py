@@ -1,19 +1,16 @@
 """Fit the Style Disentangler alone on a trained model's signal states.
 
-Why: stage 4 trains the Style Disentangler beside the language core, a step at a time, and
-every step costs a forward and backward pass through the core. On the ``small`` preset's
-CPU budget that is a few hundred examples, and the Transformer VAE of eqs. 3-7 needs far
-more updates than that before its classifiers leave the label prior (measured in
-docs/small_preset.md). With the core frozen the signal states are a fixed function of the
-dialogue, so they are computed once, in evaluation mode as inference computes them, and
-the head then trains for thousands of steps at the cost of the head alone. The losses are
-stage 3's (eqs. 10-12 and the VAE's KL); the running statistics of the signal
-standardisers stay as stage 4 left them.
+Why: stage 4 trains the Style Disentangler beside the language core, and on the ``small``
+preset's CPU budget that is a few hundred examples; the Transformer VAE of eqs. 3-7 needs
+far more updates than that before its classifiers leave the label prior (measured in
+docs/small_preset.md). The signal states of the frozen core are collected once and the
+head trains on them alone (:mod:`~empatheia.training.head_refit`). The losses are stage
+3's (eqs. 10-12 and the VAE's KL); the running statistics of the signal standardisers
+stay as stage 4 left them.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
@@ -23,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ..data import StageCollator, StageDataset
 from ..modeling import Empatheia
+from .head_refit import refit_head
 
 
 @dataclass
@@ -167,39 +165,23 @@ def refit_style_disentangler(
     reached on the ``small`` preset's states."""
     head = model.style_disentangler
     device = next(head.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
-    warmup = max(1, min(warmup_steps, steps - 1))
 
-    # Not transformers' get_cosine_schedule_with_warmup: theirs warms up from 0 (step / warmup), ours from 1 / warmup.
-    def rate(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+    def step_terms(generator: torch.Generator) -> Dict[str, torch.Tensor]:
+        index = torch.randint(len(states), (batch_size,), generator=generator)
+        batch = {k: v.to(device) for k, v in states.batch(index).items()}
+        style = head(*(x.to(device) for x in states.inputs(index)))
+        terms = model.style_losses(style, batch)
+        loss = sum(model.weighted_terms(terms, 3).values())
+        return {"loss": loss, **terms}
 
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     was_training = head.training
     head.train()
     # The standardisers keep stage 4's statistics: they were gathered over the prompts the
     # model was trained on, and the states here come from a subset of those.
     head.speech_norm.eval()
     head.video_norm.eval()
-    log: List[Dict[str, float]] = []
     try:
-        for step in tqdm(range(1, steps + 1), desc="style refit", disable=not progress, unit="step"):
-            index = torch.randint(len(states), (batch_size,), generator=generator)
-            batch = {k: v.to(device) for k, v in states.batch(index).items()}
-            style = head(*(x.to(device) for x in states.inputs(index)))
-            terms = model.style_losses(style, batch)
-            weighted = model.weighted_terms(terms, 3)
-            loss = sum(weighted.values())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            if step % 50 == 0 or step == steps:
-                log.append({"step": step, "loss": loss.item(), **{k: v.item() for k, v in terms.items() if v.dim() == 0}})
+        return refit_head(head, step_terms, steps, learning_rate, weight_decay, warmup_steps, seed, progress,
+                          description="style refit")
     finally:
         head.train(was_training)
-    return log
