@@ -18,11 +18,11 @@ FER network of ``empatheia eval`` names the emotion drawn): what such a reader k
 drawn in grey-level contrast, not only in colour or outline. The emotions follow the Facial
 Action Coding System: happy is a broad smile that bares the upper teeth with raised cheeks
 (AU6+12+25), sad raises the inner brows and pulls the corners down (AU1+4+15), angry
-lowers and knits the brows over narrowed eyes with tight lips (AU4+7+23), fear raises and
-draws the inner brows up over wide eyes with the lips stretched and the corners down
-(AU1+2+4+5+20), surprise lifts brows and lids and drops the jaw into an O (AU1+2+5+26),
-disgust wrinkles the nose and raises the upper lip (AU9+10), contempt is a one-sided smirk
-(AU14). A portrait's background is kept well apart from its skin in grey level, so that
+lowers and knits the brows over narrowed eyes, the upper lip drawn up a little (AU4+7+10),
+fear raises the inner brows over wide-open eyes with the upper lip raised and the corners
+pulled down (AU1+2+5+10+15), surprise lifts brows and lids and drops the jaw into an O
+(AU1+2+5+26), disgust lowers the brows, wrinkles the nose and raises the upper lip
+(AU4+9+10), contempt is a one-sided smirk (AU14). A portrait's background is kept well apart from its skin in grey level, so that
 the face stands out as a face does in a photograph (the Haar detector that crops faces for
 the reader finds it by that contrast).
 
