@@ -661,4 +661,7 @@ class AvatarRenderer(TalkingHeadGenerator):
         return [self.prepare_portrait(default_portrait(p, seed, self.size)) for seed, p in enumerate(profiles)]
 
     def fingerprint(self) -> str:
-        return f"AvatarRenderer/v2/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"
+        # v3: the face is drawn and its style read back otherwise (FACS expressions, the jaw
+        # shared with speech, the readout against measured directions), so gold S^v of
+        # the same clip differs from v2's.
+        return f"AvatarRenderer/v3/{self.size}px/c{self.features.content_dim}/s{self.features.style_dim}"
