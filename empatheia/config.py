@@ -201,6 +201,12 @@ class StyleDisentanglerConfig(TransformerVAEConfig):
     the signal tokens; dialogues without the step get a learned stand-in. See
     :class:`~empatheia.heads.StyleDisentangler` for why. False reads the signal tokens
     alone, as eqs. 3-6 write it."""
+    styles_follow_classes: bool = True
+    """Add to S^s and S^v, for the emotion classifier and each profile classifier, its
+    class probabilities (held fixed: the style does not train the classifier) times a
+    learned table of per-class style offsets. See
+    :class:`~empatheia.heads.StyleDisentangler` for why. False gives the style layers of
+    eq. 7 alone."""
     speech_style_dim: int = STYLETTS2_FEATURES.style_dim
     video_style_dim: int = DREAMTALK_FEATURES.style_dim
     emotion_labels: List[str] = field(default_factory=lambda: list(EMOTION_LABELS))

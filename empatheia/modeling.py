@@ -119,10 +119,16 @@ class Empatheia(nn.Module):
 
         A preset whose trained weights ship inside the package (:func:`shipped_weights`)
         loads them unless ``trained=False``."""
-        model = cls(EmpatheiaConfig.from_preset(name, overrides), dtype=dtype)
+        config = EmpatheiaConfig.from_preset(name, overrides)
         weights = shipped_weights(name) if trained else None
-        if weights is not None:
-            model.load_trained_state_dict(load_trained_state(weights), source=str(weights))
+        state = load_trained_state(weights) if weights is not None else None
+        if state is not None and not any(k.startswith("style_disentangler.class_styles.") for k in state):
+            # Weights made before the styles had per-class offsets load as they were
+            # trained (empatheia.training.style_refit.add_class_styles adds them).
+            config.style_disentangler.styles_follow_classes = False
+        model = cls(config, dtype=dtype)
+        if state is not None:
+            model.load_trained_state_dict(state, source=str(weights))
         return model
 
     @property
@@ -205,6 +211,18 @@ class Empatheia(nn.Module):
                 layer = sd.profile_classifiers[attribute] if known else None
                 heads[attribute] = resized(layer, old.profile.get(attribute, []), values)
             sd.profile_classifiers = heads
+            if sd.config.styles_follow_classes:
+                tables = nn.ModuleDict()
+                olds = {"emotion": old.emotions, **old.profile}
+                for name, values in {"emotion": labels.emotions, **labels.profile}.items():
+                    table = sd.class_style_table(len(values)).to(reference.device, reference.dtype)
+                    if name in sd.class_styles:
+                        with torch.no_grad():
+                            for column, value in enumerate(values):
+                                if value in olds[name]:
+                                    table.weight[:, column] = sd.class_styles[name].weight[:, olds[name].index(value)]
+                    tables[name] = table
+                sd.class_styles = tables
         self.config.style_disentangler.emotion_labels = list(labels.emotions)
         self.config.style_disentangler.profile_labels = {k: list(v) for k, v in labels.profile.items()}
         if self.stage is not None:
@@ -770,6 +788,9 @@ class Empatheia(nn.Module):
             # Saved before the Style Disentangler could read the emotion slot: its head
             # has no weights for it (empatheia.training.style_refit.add_chain_reading adds them).
             config.style_disentangler.reads_chain_emotion = False
+        if "styles_follow_classes" not in (saved.get("style_disentangler") or {}):
+            # Saved before the styles had per-class offsets (add_class_styles adds them).
+            config.style_disentangler.styles_follow_classes = False
         if overrides:
             config.update(overrides)
         tokenizer_dir = directory / TOKENIZER_DIR

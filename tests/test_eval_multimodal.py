@@ -232,10 +232,12 @@ def test_blocks_hand_checked_with_stand_in_models(tmp_path):
     for level in (40, 128, 220):  # 12 frames: 11 transitions, lip sync searches offsets -1..1
         write_mp4(tmp_path / f"v{level}.mp4", torch.full((12, 64, 64, 3), level, dtype=torch.uint8), 25.0)
     predictions = [
-        {"id": "p1", "text": "Hello there!", "emotion": "happy", "audio": "a1.wav", "video": "v40.mp4", "avatar": "A",
+        {"id": "p1", "text": "Hello there!", "emotion": "happy", "chain_emotion": "Joyful", "audio": "a1.wav",
+         "video": "v40.mp4", "avatar": "A",
          "speech_style": [1.0, 0.0, 2.0], "speech_style_realised": [1.0, 0.0, 2.0],
          "video_style": [1.0, 0.0], "video_style_realised": [0.0, 1.0]},
-        {"id": "p2", "text": "Good morning, friend.", "emotion": "contempt", "audio": "a2.wav", "video": "v128.mp4",
+        {"id": "p2", "text": "Good morning, friend.", "emotion": "contempt", "chain_emotion": "devastated",
+         "audio": "a2.wav", "video": "v128.mp4",
          "avatar": "A", "speech_style": [1.0, 0.0], "speech_style_realised": [0.0, 3.0]},
         {"id": "p3", "text": "Oh no.", "emotion": "fear", "video": str(tmp_path / "v220.mp4"), "avatar": "B",
          "speech_style": [5.0, 5.0]},  # nothing realised to compare with: left out
@@ -279,6 +281,10 @@ def test_blocks_hand_checked_with_stand_in_models(tmp_path):
     # Text vs face: happy/happy and fear/fear agree; p2's text emotion (contempt) is left out.
     assert consistency["text_video_emotion_agreement"] == 1.0
     assert (consistency["text_video_count"], consistency["text_video_excluded"]) == (2, 1)
+    # Chain vs face: p1's chain (joyful -> happy) agrees, p2's (devastated -> sad) agrees
+    # with its sad face although its text emotion is contempt; p3 has no chain.
+    assert consistency["chain_video_emotion_agreement"] == 1.0
+    assert (consistency["chain_video_count"], consistency["chain_video_excluded"]) == (2, 1)
     assert consistency["text_speech_word_agreement"] == pytest.approx((1 + 1 / 3) / 2)
     assert consistency["text_speech_char_similarity"] == pytest.approx(
         (1.0 + character_similarity("Good morning, friend.", "good evening")) / 2)

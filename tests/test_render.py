@@ -144,7 +144,7 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     source = _write(tmp_path / "ed.jsonl", records)
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
                        "--render", "3", "--media-steps", "2", "--workers", "1",
-                       "--style-refit-steps", "3", "--text-dialogues", "4",
+                       "--style-refit-steps", "3", "--text-dialogues", "4", "--content-refit-steps", "2",
                        "--export-weights", str(tmp_path / "weights"), "--export-stage", "3",
                        "--export-metrics", str(tmp_path / "metrics"),
                        "--set", "mixed_precision=no", "--set", "model.overrides={loss.chain_emotion_weight: 0.5}"])
@@ -172,10 +172,10 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     for key, value in model.trained_state_dict().items():
         torch.testing.assert_close(value, full[key], rtol=1e-3, atol=1e-3)
     assert sorted(p.name for p in (tmp_path / "metrics").iterdir()) == [
-        "stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "style_refit", "summary.md"]
+        "content_refit", "stage1_coe", "stage2_ccl", "stage3_sac", "stage4_joint", "style_refit", "summary.md"]
     summary = (tmp_path / "metrics" / "summary.md").read_text().splitlines()
     stage4 = [json.loads(r) for r in (final.parent / "metrics.jsonl").read_text().splitlines()]
-    assert len(summary) == 7 and summary[-2].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
+    assert len(summary) == 8 and summary[-3].startswith(f"| stage4_joint | 2 | {stage4[-1]['examples']} | {stage4[0]['loss']:.4f} |")
     # The style refit changed the Style Disentangler of stage 4's model and nothing else,
     # on the 3 rendered dialogues with and without media and 4 more as text.
     refit = load_trained_state(tmp_path / "run" / "style_refit" / "final")
@@ -183,6 +183,13 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
     assert changed == {"style_disentangler"}
     ran = yaml.safe_load((tmp_path / "run" / "style_refit" / "train_config.yaml").read_text())
     assert (ran["examples"], ran["text_dialogues"], ran["steps"]) == (10, 4, 3)
+    # The content refit, after it, changed the Content Synchronizer alone, on the 3
+    # rendered dialogues with and without their media.
+    content = load_trained_state(tmp_path / "run" / "content_refit" / "final")
+    changed = {k.split(".")[0] for k in content if not torch.equal(content[k], refit[k])}
+    assert changed == {"content_synchronizer"}
+    ran = yaml.safe_load((tmp_path / "run" / "content_refit" / "train_config.yaml").read_text())
+    assert (ran["examples"], ran["steps"]) == (6, 2)
     # The collected states are kept for a refit with other settings, and only for the
     # same examples of the same weights: fewer text dialogues collect them again.
     from empatheia.training.style_refit import SignalStates
@@ -211,6 +218,35 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
         assert ran["mixed_precision"] == "no" and ran["model"]["overrides"] == {"loss.chain_emotion_weight": 0.5}
     assert yaml.safe_load((final / "config.yaml").read_text())["loss"]["chain_emotion_weight"] == 0.5
     assert "loss_chain_emotion" in json.loads(rows[-1])  # stage 4 trained with it
+
+
+def test_the_small_preset_refits_start_from_given_weights(tmp_path):
+    """--refit-from: no stage runs; the style refit of the style parts alone keeps every
+    classifier, the content refit follows it, and both start from the given weights."""
+    from empatheia import Empatheia
+    from empatheia.modeling import load_trained_state
+    from empatheia.recipes import small_preset
+    from empatheia.training.style_refit import STYLE_PARTS
+
+    torch.manual_seed(0)
+    start = tmp_path / "start"
+    Empatheia.from_preset("tiny").save_pretrained(start / "final")
+    records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(6)]
+    source = _write(tmp_path / "ed.jsonl", records)
+    small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--render", "2",
+                       "--workers", "1", "--refit-from", str(start), "--style-refit-steps", "3",
+                       "--style-refit-parts", "style", "--text-dialogues", "0", "--content-refit-steps", "2"])
+    assert not any((tmp_path / "run" / name).exists() for name in ("stage1_coe", "stage2_ccl", "stage4_joint"))
+    before = load_trained_state(start / "final")
+    styled = load_trained_state(tmp_path / "run" / "style_refit" / "final")
+    changed = {k for k in styled if not torch.equal(styled[k], before[k])}
+    assert changed and all(k.startswith(tuple("style_disentangler." + p for p in STYLE_PARTS)) for k in changed)
+    content = load_trained_state(tmp_path / "run" / "content_refit" / "final")
+    changed = {k.split(".")[0] for k in content if not torch.equal(content[k], styled[k])}
+    assert changed == {"content_synchronizer"}
+    with pytest.raises(SystemExit):
+        small_preset.main(["--ed", str(source), "--out", str(tmp_path / "other"), "--preset", "tiny",
+                           "--refit-from", str(tmp_path / "nothing")])
 
 
 def test_a_small_preset_stage_that_fails_in_its_process_names_itself(tmp_path, capfd):

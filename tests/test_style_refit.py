@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from empatheia import Empatheia
@@ -123,8 +124,81 @@ def test_a_head_trained_without_the_emotion_slot_gets_it_and_keeps_its_weights(t
     chain = torch.randn(2, h)
     with torch.no_grad():
         a = head(signals, signals, chain, torch.tensor([True, False]))
-        b = head(signals, signals, chain + 1.0, torch.tensor([True, False]))
+        # Another state, not a shifted one: the slot's LayerNorm removes a constant shift.
+        b = head(signals, signals, torch.randn(2, h), torch.tensor([True, False]))
         c = head(signals, signals)
     assert not torch.allclose(a.speech_style[0], b.speech_style[0])
     torch.testing.assert_close(a.speech_style[1], b.speech_style[1])
     torch.testing.assert_close(a.speech_style[1], c.speech_style[1])
+
+
+def test_class_style_offsets_load_old_weights_as_trained_and_a_refit_of_the_style_parts_keeps_every_class(tmp_path):
+    """Weights saved before the per-class style offsets load without them; added, they
+    start at zero (the styles unchanged); a refit of the style parts alone moves the
+    styles toward their targets and leaves every classification as it was."""
+    from empatheia.training.style_refit import STYLE_PARTS, add_class_styles
+
+    torch.manual_seed(0)
+    old = Empatheia.from_preset("tiny", {"style_disentangler.styles_follow_classes": False})
+    old.save_pretrained(tmp_path / "old")
+    config = (tmp_path / "old" / "config.yaml").read_text()
+    (tmp_path / "old" / "config.yaml").write_text(config.replace("  styles_follow_classes: false\n", ""))
+    model = Empatheia.from_pretrained(tmp_path / "old")
+    assert model.config.style_disentangler.styles_follow_classes is False
+    head = model.style_disentangler.eval()
+    sd = model.config.style_disentangler
+    n, h = model.config.language_model.num_signal_tokens, model.config.language_model.hidden_size
+    count = 16
+    signals = torch.randn(count, n, h)
+    with torch.no_grad():
+        before = head(signals, signals)
+    assert add_class_styles(model) and not add_class_styles(model)
+    assert set(head.class_styles) == {"emotion", *sd.profile_labels}
+    with torch.no_grad():
+        added = head(signals, signals)
+    torch.testing.assert_close(added.video_style, before.video_style)
+
+    # Targets that depend on the class the head already predicts: the offsets can fit them.
+    predicted = before.emotion_logits.argmax(1)
+    table = torch.randn(len(sd.emotion_labels), sd.video_style_dim)
+    targets = {
+        "emotion_label": predicted,
+        "style_target_mask": torch.ones(count, dtype=torch.bool),
+        "speech_style_target": before.speech_style,
+        "video_style_target": before.video_style + table[predicted],
+    }
+    for name, logits in before.profile_logits.items():
+        targets[f"{name}_label"] = logits.argmax(1)
+    states = SignalStates(signals, signals, torch.zeros(count, h), torch.zeros(count, dtype=torch.bool), targets)
+    weights = {k: v.clone() for k, v in head.state_dict().items()}
+    refit_style_disentangler(model, states, steps=150, learning_rate=3e-2, batch_size=8, warmup_steps=5,
+                             progress=False, only=STYLE_PARTS)
+    changed = {k for k, v in head.state_dict().items() if not torch.equal(weights[k], v)}
+    assert changed and all(k.startswith(STYLE_PARTS) for k in changed)
+    head.eval()
+    with torch.no_grad():
+        after = head(signals, signals)
+    assert torch.equal(after.emotion_logits, before.emotion_logits)
+    assert all(torch.equal(after.profile_logits[k], v) for k, v in before.profile_logits.items())
+    error_before = ((before.video_style - targets["video_style_target"]) ** 2).sum(1).mean()
+    error_after = ((after.video_style - targets["video_style_target"]) ** 2).sum(1).mean()
+    assert error_after < 0.3 * error_before
+    with pytest.raises(ValueError, match="no Style Disentangler parameter"):
+        refit_style_disentangler(model, states, steps=1, only=("nothing.",), progress=False)
+
+
+def test_new_label_sets_keep_the_class_style_offsets_of_known_classes():
+    from empatheia.labels import LabelSets
+
+    model = Empatheia.from_preset("tiny")
+    head = model.style_disentangler
+    with torch.no_grad():
+        for table in head.class_styles.values():
+            table.weight.copy_(torch.randn_like(table.weight))
+    old = model.label_sets()
+    happy = head.class_styles["emotion"].weight[:, old.emotions.index("happy")].clone()
+    labels = LabelSets(emotions=["happy", "bored"], profile=old.profile)
+    model.set_label_sets(labels)
+    table = model.style_disentangler.class_styles["emotion"].weight
+    assert table.shape[1] == 2
+    assert torch.equal(table[:, 0], happy) and torch.equal(table[:, 1], torch.zeros_like(happy))

@@ -12,8 +12,17 @@
 6. The Style Disentangler alone, ``--style-refit-steps`` steps on stage 4's frozen signal
    states (:mod:`empatheia.training.style_refit`) of the rendered dialogues, with and
    without their media, and of ``--text-dialogues`` more training-split dialogues as text,
-   into ``OUT/style_refit/final``.
-7. With ``--export-weights DIR``: the trained parts of the last of these (or of stage
+   into ``OUT/style_refit/final``; ``--style-refit-parts style`` trains only the parts
+   that make S^s and S^v (the classifiers kept as they are).
+7. The Content Synchronizer alone, ``--content-refit-steps`` steps on the frozen response
+   states (:mod:`empatheia.training.content_refit`) of the rendered dialogues, with and
+   without their media, into ``OUT/content_refit/final``.
+
+``--refit-from WEIGHTS`` (or ``shipped``) skips stages 1-4: steps 6 and 7 start from those
+weights, on this run's rendering and gold features (how the shipped weights were last
+refit when the generators changed under them).
+
+8. With ``--export-weights DIR``: the trained parts of the last of these (or of stage
    ``--export-stage``'s) in half precision into ``DIR/empatheia.safetensors``
    (``empatheia/weights/small`` is where :meth:`Empatheia.from_preset` finds them); with ``--export-metrics DIR``: each stage's
    ``metrics.jsonl`` and ``train_config.yaml`` into ``DIR/<stage>/`` and a table of them
@@ -22,8 +31,8 @@
 Every stage runs the repository's recipe (:mod:`empatheia.recipes.recipe`) with its stage config,
 the overrides in :data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of
 its own (``--in-process``: all in this one); a stage whose ``final/`` exists is skipped,
-and an interrupted one resumes from its newest checkpoint. The result is ``OUT/style_refit/final`` (``OUT/stage4_joint/final``
-with ``--style-refit-steps 0``).
+and an interrupted one resumes from its newest checkpoint. The result is the last of
+``OUT/content_refit/final``, ``OUT/style_refit/final`` and ``OUT/stage4_joint/final`` that ran.
 """
 
 from __future__ import annotations
@@ -140,36 +149,68 @@ def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -
 
 
 REFIT = "style_refit"
+CONTENT_REFIT = "content_refit"
 STATES_NAME = "signal_states.safetensors"
-"""The refit's collected signal states, in ``out/style_refit/``."""
+"""The style refit's collected signal states, in ``out/style_refit/``."""
+RESPONSE_STATES_NAME = "response_states.safetensors"
+"""The content refit's collected response states, in ``out/content_refit/``."""
 
 
-def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: Path, text_dialogues: int, steps: int,
-                seed: int = 0) -> Path:
-    """Step 6: refit stage 4's Style Disentangler on its frozen signal states; writes
+def load_start(start, preset: str = "small"):
+    """The model a refit starts from: a trained model's folder (its ``final/``), or the
+    package's shipped weights with ``"shipped"``; and the weights file that names it."""
+    from empatheia import Empatheia
+    from empatheia.pretrained import shipped_weights
+
+    if str(start) == "shipped":
+        weights = shipped_weights(preset)
+        if weights is None:
+            raise FileNotFoundError(f"the {preset} preset ships no weights to refit")
+        return Empatheia.from_preset(preset), Path(weights)
+    return Empatheia.from_pretrained(Path(start) / "final"), Path(start) / "final" / "empatheia.safetensors"
+
+
+def states_key(weights: Path, examples: Sequence[str], layout: str) -> str:
+    """What a file of collected states was collected from: the weights (path and
+    modification time), the examples and the kind of states."""
+    return hashlib.sha256(json.dumps({
+        "weights": [str(weights.resolve()), weights.stat().st_mtime_ns],
+        "examples": list(examples),
+        "layout": layout,
+    }).encode()).hexdigest()
+
+
+def style_refit(out: Path, start, rendered: Path, gold: Path, text_file: Path, text_dialogues: int, steps: int,
+                seed: int = 0, parts: str = "all", preset: str = "small") -> Path:
+    """Step 6: refit the Style Disentangler of ``start`` (stage 4's folder, or
+    ``"shipped"``) on its frozen signal states; writes
     ``out/style_refit/{final,metrics.jsonl,train_config.yaml}`` (skipped when ``final/``
-    exists) and returns that folder."""
+    exists) and returns that folder. ``parts="style"`` trains only the parts that make
+    S^s and S^v."""
     import yaml
 
-    from empatheia import Empatheia
     from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
     from empatheia.data.dataset import stable_fraction
     from empatheia.training.style_refit import (
+        STYLE_PARTS,
         SignalStates,
         add_chain_reading,
+        add_class_styles,
         collect_signal_states,
         refit_style_disentangler,
     )
 
-    learning_rate, batch_size = 3e-4, 64
+    learning_rate, batch_size = (3e-4, 64) if parts == "all" else (3e-3, 64)
 
     output_dir = out / REFIT
     if (output_dir / "final" / "empatheia.safetensors").is_file():
         print(f"[small] style refit: {output_dir / 'final'} exists, skipped")
         return output_dir
-    model = Empatheia.from_pretrained(stage4 / "final")
+    model, weights = load_start(start, preset)
     if add_chain_reading(model):
-        print(f"[small] style refit: {stage4 / 'final'} was trained without the emotion-slot input; the refit adds it")
+        print(f"[small] style refit: {weights} was trained without the emotion-slot input; the refit adds it")
+    if add_class_styles(model):
+        print(f"[small] style refit: {weights} has no per-class style offsets; the refit adds them")
     labels = model.label_sets()
     corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
     known = {d.id for d in corpus}
@@ -179,12 +220,7 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
     # Collecting the states is most of the step's time: they are kept, so that a refit with
     # other settings (delete final/) starts from them; the key tells whether a kept file
     # holds these examples of these weights.
-    weights = stage4 / "final" / "empatheia.safetensors"
-    key = hashlib.sha256(json.dumps({
-        "weights": [str(weights.resolve()), weights.stat().st_mtime_ns],
-        "examples": [d.id for d in corpus] + [d.id for d in text],
-        "layout": "signals+chain",
-    }).encode()).hexdigest()
+    key = states_key(weights, [d.id for d in corpus] + [d.id for d in text], "signals+chain")
     cached = output_dir / STATES_NAME
     if cached.is_file() and SignalStates.key_of(cached) == key:
         states = SignalStates.load(cached)
@@ -200,16 +236,63 @@ def style_refit(out: Path, stage4: Path, rendered: Path, gold: Path, text_file: 
         states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
         output_dir.mkdir(parents=True, exist_ok=True)
         states.save(cached, key)
-    settings = {"init": str(stage4 / "final"), "rendered": str(rendered), "text": str(text_file),
-                "text_dialogues": len(text), "examples": len(states), "steps": steps, "learning_rate": learning_rate,
-                "batch_size": batch_size, "seed": seed}
-    log = refit_style_disentangler(model, states, steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed)
+    settings = {"init": str(weights), "rendered": str(rendered), "text": str(text_file),
+                "text_dialogues": len(text), "examples": len(states), "steps": steps, "parts": parts,
+                "learning_rate": learning_rate, "batch_size": batch_size, "seed": seed}
+    log = refit_style_disentangler(model, states, steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed,
+                                   only=STYLE_PARTS if parts == "style" else None)
     model.save_pretrained(output_dir / "final")
     (output_dir / "train_config.yaml").write_text(yaml.safe_dump({"recipe": REFIT, **settings}, sort_keys=False))
     with open(output_dir / "metrics.jsonl", "w") as file:
         for row in log:
             file.write(json.dumps({**row, "split": "train", "examples": row["step"] * batch_size}) + "\n")
     print(f"[small] style refit: {len(states)} examples, {steps} steps -> {output_dir / 'final'}")
+    return output_dir
+
+
+def content_refit(out: Path, start, rendered: Path, gold: Path, steps: int, seed: int = 0, preset: str = "small") -> Path:
+    """Step 7: refit the Content Synchronizer of ``start`` (a trained model's folder, or
+    ``"shipped"``) on its frozen response states of the rendered dialogues, with and
+    without their media; writes ``out/content_refit/{final,metrics.jsonl,train_config.yaml}``
+    (skipped when ``final/`` exists) and returns that folder."""
+    import yaml
+
+    from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
+    from empatheia.training.content_refit import ResponseStates, collect_response_states, refit_content_synchronizer
+
+    learning_rate, batch_size = 3e-4, 32
+    output_dir = out / CONTENT_REFIT
+    if (output_dir / "final" / "empatheia.safetensors").is_file():
+        print(f"[small] content refit: {output_dir / 'final'} exists, skipped")
+        return output_dir
+    model, weights = load_start(start, preset)
+    labels = model.label_sets()
+    corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
+    # The response states depend on the language core and the projectors alone, which
+    # a style refit leaves as they were: its key is that of the weights they came from.
+    key = states_key(weights, [d.id for d in corpus], "response")
+    cached = output_dir / RESPONSE_STATES_NAME
+    if cached.is_file() and ResponseStates.key_of(cached) == key:
+        states = ResponseStates.load(cached)
+    else:
+        if cached.is_file():
+            print(f"[small] content refit: {cached} holds other examples or weights; collecting again")
+        store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
+        states = ResponseStates.concatenate([
+            collect_response_states(model, StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=share))
+            for share in (0.0, 1.0)
+        ])
+        output_dir.mkdir(parents=True, exist_ok=True)
+        states.save(cached, key)
+    log = refit_content_synchronizer(model, states, steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed)
+    model.save_pretrained(output_dir / "final")
+    settings = {"init": str(weights), "rendered": str(rendered), "examples": len(states), "steps": steps,
+                "learning_rate": learning_rate, "batch_size": batch_size, "seed": seed}
+    (output_dir / "train_config.yaml").write_text(yaml.safe_dump({"recipe": CONTENT_REFIT, **settings}, sort_keys=False))
+    with open(output_dir / "metrics.jsonl", "w") as file:
+        for row in log:
+            file.write(json.dumps({**row, "split": "train", "examples": row["step"] * batch_size}) + "\n")
+    print(f"[small] content refit: {len(states)} examples, {steps} steps -> {output_dir / 'final'}")
     return output_dir
 
 
@@ -305,6 +388,14 @@ def main(argv=None) -> None:
                         help="steps of the Style Disentangler alone on stage 4's frozen signal states (0: none)")
     parser.add_argument("--text-dialogues", type=int, default=1200,
                         help="training-split dialogues, as text, beside the rendered ones in the style refit")
+    parser.add_argument("--style-refit-parts", choices=("all", "style"), default="all",
+                        help="what the style refit trains: the whole Style Disentangler, or only the parts that "
+                             "make S^s and S^v (the classifiers kept)")
+    parser.add_argument("--content-refit-steps", type=int, default=2000,
+                        help="steps of the Content Synchronizer alone on the frozen response states (0: none)")
+    parser.add_argument("--refit-from", metavar="WEIGHTS",
+                        help="skip stages 1-4 and run the refits from this trained model's folder, or from the "
+                             "package's shipped weights with 'shipped'")
     parser.add_argument("--workers", type=int, default=2, help="rendering processes")
     parser.add_argument("--faces", type=Path, help="recorded face clips (MEAD names) that half the rendered "
                                                    "conversations' speakers show instead of the drawn avatar")
@@ -336,7 +427,14 @@ def main(argv=None) -> None:
     from empatheia.generators import build_generators, gold_feature_extractors
 
     split = split_ed_file(args.ed, args.out / "ed")
-    if args.stage1_from is not None:
+    if args.refit_from is not None:
+        stages = set()
+    if args.refit_from is not None and str(args.refit_from) != "shipped":
+        if not (Path(args.refit_from) / "final" / "empatheia.safetensors").is_file():
+            parser.error(f"--refit-from {args.refit_from}: no trained model there (no final/empatheia.safetensors)")
+    if args.refit_from is not None:
+        previous = args.refit_from
+    elif args.stage1_from is not None:
         weights = shipped_weights(args.preset) if str(args.stage1_from) == "shipped" else args.stage1_from
         if weights is None or not Path(weights).is_file():
             parser.error(f"--stage1-from {args.stage1_from}: no such weights file")
@@ -346,7 +444,7 @@ def main(argv=None) -> None:
                              isolated=not args.in_process)
     else:
         previous = args.out / STAGES[1].name
-    if not stages & {2, 3, 4}:
+    if not stages & {2, 3, 4} and args.refit_from is None:
         return
     config = EmpatheiaConfig.from_preset(args.preset)
     cs, sd = config.content_synchronizer, config.style_disentangler
@@ -362,7 +460,7 @@ def main(argv=None) -> None:
     gold = args.out / "gold"
     sources = gold_feature_sources(read_dataset(rendered))
     extract_gold_features(sources, gold_feature_extractors(*build_generators(config)), gold, batch_size=16)
-    for stage in (2, 3, 4):
+    for stage in (2, 3, 4) if args.refit_from is None else ():
         if stage in stages:
             steps = args.stage4_steps if stage == 4 and args.stage4_steps else args.media_steps
             previous = run_stage(stage, args.out, rendered, steps, gold=gold, previous=previous,
@@ -370,9 +468,17 @@ def main(argv=None) -> None:
         else:
             previous = args.out / STAGES[stage].name
     stage_dirs = {stage.name: args.out / stage.name for stage in STAGES.values()}
-    if 4 in stages and args.style_refit_steps:
-        previous = style_refit(args.out, previous, rendered, gold, split["train"], args.text_dialogues, args.style_refit_steps)
+    if args.refit_from is not None:
+        stage_dirs = {}
+    refits = 4 in stages or args.refit_from is not None
+    if refits and args.style_refit_steps:
+        previous = style_refit(args.out, previous, rendered, gold, split["train"], args.text_dialogues,
+                               args.style_refit_steps, parts=args.style_refit_parts, preset=args.preset)
         stage_dirs[REFIT] = previous
+    if refits and args.content_refit_steps:
+        previous = content_refit(args.out, previous, rendered, gold, args.content_refit_steps, preset=args.preset)
+        stage_dirs[CONTENT_REFIT] = previous
+    previous = Path(previous)
     print(f"[small] done: {previous / 'final'}")
     if args.export_weights:
         final = previous / "final" if args.export_stage == 4 else args.out / STAGES[args.export_stage].name / "final"

@@ -96,6 +96,11 @@ both video style vectors)
       :func:`~empatheia.evaluation.consistency.emotion_agreement`), over the clips whose
       text emotion FER can output (``text_video_count``); the others (contempt, classes
       outside Empatheia's) are counted in ``text_video_excluded``;
+    * ``chain_video_emotion_agreement``: the same against the emotion the Chain of Empathy
+      wrote (``chain_emotion``, folded onto the classes), over ``chain_video_count`` clips
+      whose chain names a class FER can output (the others, and predictions without a
+      chain, in ``chain_video_excluded``). The text ``emotion`` is the Style
+      Disentangler's class, which drives the face; the chain's is what the answer says;
     * ``text_speech_word_agreement`` (mean ``max(0, 1 - WER)``) and
       ``text_speech_char_similarity`` (mean ``1 - lev / max length`` of the normalised
       strings) of the transcript against the text
@@ -495,6 +500,20 @@ def score_multimodal(
             text_video_count=agreement.counts[("text", "video")],
             text_video_excluded=sum(t is None for t in text),
         )
+        from .video import _emotion_folder
+
+        fold = _emotion_folder(list(models.expression.labels))
+        chain = [fold(predictions[i]["chain_emotion"]) if predictions[i].get("chain_emotion") else None
+                 for i in video_items]
+        chain = [c if c in readable else None for c in chain]
+        if any(c is not None for c in chain):
+            agreement = emotion_agreement({"chain": chain, "video": [fer_labels[i] for i in video_items]},
+                                          labels=list(models.expression.labels))
+            consistency.update(
+                chain_video_emotion_agreement=_finite(agreement.pairwise[("chain", "video")]),
+                chain_video_count=agreement.counts[("chain", "video")],
+                chain_video_excluded=sum(c is None for c in chain),
+            )
     if transcripts:
         content = mean_content_agreement([predictions[i]["text"] for i in audio_items], [transcripts[i] for i in audio_items])
         consistency.update(

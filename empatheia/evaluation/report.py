@@ -204,9 +204,12 @@ _VIDEO_ROWS = (
     ("style_count", "Style agreement: responses scored", "count"),
 )
 _CONSISTENCY_ROWS = (
-    ("text_video_emotion_agreement", "Text-video emotion agreement", "fraction"),
+    ("text_video_emotion_agreement", "Text-video emotion agreement (the Style Disentangler's emotion vs FER)", "fraction"),
     ("text_video_count", "Text-video: clips scored", "count"),
     ("text_video_excluded", "Text-video: excluded (text emotion FER cannot read)", "count"),
+    ("chain_video_emotion_agreement", "Chain-video emotion agreement (the chain's emotion vs FER)", "fraction"),
+    ("chain_video_count", "Chain-video: clips scored", "count"),
+    ("chain_video_excluded", "Chain-video: excluded (no chain, or a class FER cannot read)", "count"),
     ("text_speech_word_agreement", "Text-speech word agreement (mean max(0, 1 - WER))", "fraction"),
     ("text_speech_char_similarity", "Text-speech character similarity (mean)", "fraction"),
     ("text_speech_count", "Text-speech: clips scored", "count"),

@@ -49,6 +49,15 @@ class StyleDisentangler(nn.Module):
     style follows the chain's reading of text, voice and face. A dialogue without a chain
     (stage 3's media-only prompts) gets a learned stand-in token instead.
 
+    With ``config.styles_follow_classes`` each style also gets, per classifier (emotion,
+    and each profile attribute), the classifier's probabilities times a learned table of
+    per-class style offsets (``class_styles``). Why: a style regressed from the latent
+    alone is a conditional mean, and a dialogue the classifier reads as a less frequent
+    emotion (fear, anger) got a style between the frequent ones' (a sad-happy mix), so
+    the face and voice contradicted the emotion the model had decided. With the offsets a
+    confident class brings its own style, and an unsure one a mix of its candidates'. The
+    probabilities are held fixed there: the classifiers learn from eq. 11 alone.
+
     Args:
         config: the head's sizes and labels.
         input_dim: width of the language model's hidden states.
@@ -81,6 +90,17 @@ class StyleDisentangler(nn.Module):
         self.profile_classifiers = nn.ModuleDict(
             {name: nn.Linear(d, len(values)) for name, values in config.profile_labels.items()}
         )
+        if config.styles_follow_classes:
+            classes = {"emotion": config.emotion_labels, **config.profile_labels}
+            self.class_styles = nn.ModuleDict({name: self.class_style_table(len(values)) for name, values in classes.items()})
+
+    def class_style_table(self, num_classes: int) -> nn.Linear:
+        """A fresh table of per-class offsets of S^s ⊕ S^v: ``(num_classes,)``
+        probabilities -> ``(speech_style_dim + video_style_dim,)``, zeros (a new table
+        leaves the styles as they were)."""
+        table = nn.Linear(num_classes, self.config.speech_style_dim + self.config.video_style_dim, bias=False)
+        nn.init.zeros_(table.weight)
+        return table
 
     def forward(
         self,
@@ -118,12 +138,22 @@ class StyleDisentangler(nn.Module):
         emotion_s, profile_s, emotion_v, profile_v = pooled.unbind(0)
         emotion = self.emotion_fusion(torch.cat([emotion_s, emotion_v], -1))
         profile = self.profile_fusion(torch.cat([profile_s, profile_v], -1))
+        emotion_logits = self.emotion_classifier(emotion)
+        profile_logits = {name: head(profile) for name, head in self.profile_classifiers.items()}
+        speech_style = self.speech_style_layer(torch.cat([emotion_s, profile_s], -1))
+        video_style = self.video_style_layer(torch.cat([emotion_v, profile_v], -1))
+        if self.config.styles_follow_classes:
+            logits = {"emotion": emotion_logits, **profile_logits}
+            offset = sum(table(torch.softmax(logits[name].detach().float(), -1).to(dtype))
+                         for name, table in self.class_styles.items())  # (B, D_ss + D_sv)
+            speech_offset, video_offset = offset.split([self.config.speech_style_dim, self.config.video_style_dim], -1)
+            speech_style, video_style = speech_style + speech_offset, video_style + video_offset
         return StyleOutput(
-            speech_style=self.speech_style_layer(torch.cat([emotion_s, profile_s], -1)),
-            video_style=self.video_style_layer(torch.cat([emotion_v, profile_v], -1)),
+            speech_style=speech_style,
+            video_style=video_style,
             emotion=emotion,
             profile=profile,
-            emotion_logits=self.emotion_classifier(emotion),
-            profile_logits={name: head(profile) for name, head in self.profile_classifiers.items()},
+            emotion_logits=emotion_logits,
+            profile_logits=profile_logits,
             kl=out.kl.view(4, b).sum(0),
         )

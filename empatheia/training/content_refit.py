@@ -157,12 +157,19 @@ def refit_content_synchronizer(
 ) -> List[Dict[str, float]]:
     """Train ``model.content_synchronizer`` on ``states`` for ``steps`` AdamW steps
     (:func:`~empatheia.training.head_refit.refit_head`) with stage 2's loss. Returns one
-    row of loss terms per 50 steps and the last."""
+    row of loss terms per 50 steps and the last.
+
+    Each batch is ``batch_size`` examples of neighbouring lengths (a window at a random
+    place in the examples sorted by their unit count): the head's cost grows with the
+    longest row of a batch, and answers run from a few units to a few hundred."""
     head = model.content_synchronizer
     device = next(head.parameters()).device
+    by_length = torch.argsort(states.targets["speech_content_mask"].sum(1), stable=True)  # (N,)
+    batch_size = min(batch_size, len(states))
 
     def step_terms(generator: torch.Generator) -> Dict[str, torch.Tensor]:
-        index = torch.randint(len(states), (batch_size,), generator=generator)
+        start = int(torch.randint(len(states) - batch_size + 1, (1,), generator=generator))
+        index = by_length[start : start + batch_size]
         batch = {k: v.to(device) for k, v in states.batch(index).items()}
         lengths = batch["speech_content_mask"].sum(1)
         content = head(batch["hidden"], batch["response_mask"], lengths, batch.get("speech_units"))

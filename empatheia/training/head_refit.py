@@ -40,7 +40,7 @@ def refit_head(
     steps and at the last. The caller sets which of the head's submodules stay in
     evaluation mode (they are left as they are, after ``head.train()``)."""
     generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=learning_rate, weight_decay=weight_decay)
+    optimizer = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=learning_rate, weight_decay=weight_decay)
     warmup = max(1, min(warmup_steps, steps - 1))
 
     # Not transformers' get_cosine_schedule_with_warmup: theirs warms up from 0 (step / warmup), ours from 1 / warmup.
@@ -56,7 +56,7 @@ def refit_head(
         loss = terms["loss"]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_([p for p in head.parameters() if p.requires_grad], 1.0)
         optimizer.step()
         schedule.step()
         if step % log_every == 0 or step == steps:

@@ -12,7 +12,7 @@ stay as stage 4 left them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch.utils.data import DataLoader
@@ -115,6 +115,29 @@ def add_chain_reading(model: Empatheia) -> bool:
     return True
 
 
+def add_class_styles(model: Empatheia) -> bool:
+    """Give the Style Disentangler of ``model``, trained without per-class style offsets
+    (``style_disentangler.styles_follow_classes`` false), zero tables of them, which leave
+    its styles as they were until a refit trains them. Returns whether it changed
+    anything."""
+    config = model.config.style_disentangler
+    if config.styles_follow_classes:
+        return False
+    head = model.style_disentangler
+    config.styles_follow_classes = True
+    param = head.emotion_classifier.weight
+    classes = {"emotion": config.emotion_labels, **config.profile_labels}
+    head.class_styles = torch.nn.ModuleDict(
+        {name: head.class_style_table(len(values)) for name, values in classes.items()}
+    ).to(device=param.device, dtype=param.dtype)
+    return True
+
+
+STYLE_PARTS = ("class_styles.", "speech_style_layer.", "video_style_layer.")
+"""The Style Disentangler's parameters that make S^s and S^v from its features and class
+probabilities: a refit of these alone leaves every classification as it was."""
+
+
 @torch.no_grad()
 def collect_signal_states(model: Empatheia, dataset: StageDataset, batch_size: int = 8, progress: bool = True) -> SignalStates:
     """Run ``model`` (in evaluation mode) over a stage-4 ``dataset`` once and keep the
@@ -155,10 +178,13 @@ def refit_style_disentangler(
     warmup_steps: int = 50,
     seed: int = 0,
     progress: bool = True,
+    only: Optional[Sequence[str]] = None,
 ) -> List[Dict[str, float]]:
     """Train ``model.style_disentangler`` on ``states`` for ``steps`` AdamW steps (linear
     warm-up over ``warmup_steps``, then a cosine decay to zero; gradients clipped at norm
     1) with stage 3's loss. Returns one row of loss terms per 50 steps and the last.
+    ``only``: train just the parameters whose names (in the head) start with one of these
+    prefixes, e.g. :data:`STYLE_PARTS`; the others keep their values.
 
     Batches of 64 rather than a few examples matter: the classifiers see most emotions in
     each step. docs/small_preset.md (step 6) gives what these settings and the earlier ones
@@ -174,14 +200,26 @@ def refit_style_disentangler(
         loss = sum(model.weighted_terms(terms, 3).values())
         return {"loss": loss, **terms}
 
+    frozen = []
+    if only is not None:
+        frozen = [p for name, p in head.named_parameters() if p.requires_grad and not name.startswith(tuple(only))]
+        if len(frozen) == sum(1 for _ in head.parameters()):
+            raise ValueError(f"no Style Disentangler parameter starts with any of {list(only)}")
     was_training = head.training
     head.train()
     # The standardisers keep stage 4's statistics: they were gathered over the prompts the
     # model was trained on, and the states here come from a subset of those.
     head.speech_norm.eval()
     head.video_norm.eval()
+    if only is not None:
+        # Dropout off as well: the frozen parts give the features inference gives.
+        head.eval()
+    for p in frozen:
+        p.requires_grad_(False)
     try:
         return refit_head(head, step_terms, steps, learning_rate, weight_decay, warmup_steps, seed, progress,
                           description="style refit")
     finally:
+        for p in frozen:
+            p.requires_grad_(True)
         head.train(was_training)
