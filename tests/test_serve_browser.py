@@ -97,6 +97,7 @@ def _answer_played(page, index: int) -> dict:
             text: bubble.querySelector(".answer")?.textContent,
             chain: [...bubble.querySelectorAll(".chain-of-empathy dt")].map((dt) => dt.textContent),
             emotion: bubble.querySelector(".emotion")?.textContent,
+            face: bubble.querySelector(".face-style")?.textContent,
             ...media,
         };
     }""")
@@ -106,6 +107,8 @@ def _check(answer: dict) -> None:
     assert answer["text"]
     assert answer["chain"] == ["Event scenario", "Your emotion", "Its cause", "Goal of the answer"]
     assert "voice and face" in answer["emotion"]
+    # What the face was given is shown beside the emotion the model read.
+    assert answer["face"] and answer["face"].startswith("face shows ")
     for tag in ("audio", "video"):
         assert answer[tag] is not None, f"no {tag} element"
         assert answer[tag]["duration"] > 0 and answer[tag]["played"] > 0, (tag, answer[tag])

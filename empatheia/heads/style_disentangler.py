@@ -52,11 +52,11 @@ class StyleDisentangler(nn.Module):
     With ``config.styles_follow_classes`` each style also gets, per classifier (emotion,
     and each profile attribute), the classifier's probabilities times a learned table of
     per-class style offsets (``class_styles``). Why: a style regressed from the latent
-    alone is a conditional mean, and a dialogue the classifier reads as a less frequent
-    emotion (fear, anger) got a style between the frequent ones' (a sad-happy mix), so
-    the face and voice contradicted the emotion the model had decided. With the offsets a
-    confident class brings its own style, and an unsure one a mix of its candidates'. The
-    probabilities are held fixed there: the classifiers learn from eq. 11 alone.
+    alone is a conditional mean, which can blend the styles of several classes where the
+    classifier is sure of one, and the face and voice then show another emotion than the
+    one the model decided. With the offsets a confident class brings its own style, and
+    an unsure one a mix of its candidates'. The probabilities are held fixed there: the
+    classifiers learn from eq. 11 alone.
 
     Args:
         config: the head's sizes and labels.

@@ -146,13 +146,27 @@ function showText(bubble, turn) {
     ? `The chain reads ${turn.chain_emotion.label} (${percent(turn.chain_emotion.probabilities[turn.chain_emotion.label])}); `
     : "";
   bubble.append(el("div", { class: "emotion" },
-    `${read}voice and face: ${turn.emotion.label} (${percent(turn.emotion.probabilities[turn.emotion.label])})`));
+    `${read}the model's emotion, which sets the voice and face: ${turn.emotion.label} ` +
+    `(${percent(turn.emotion.probabilities[turn.emotion.label])})`));
   const speaking = turn.stage === "text" && ($("speak").checked || $("animate").checked);
   bubble.append(el("div", { class: "pending" }, speaking ? "speaking…" : ""));
 }
 
 function play(media) {
   media.play().catch(() => {});
+}
+
+// What the face was given, and why it may differ from the emotion the model read: the
+// listener meets some emotions with another expression (fear and anger with calm warmth),
+// as the training data's listeners do.
+function describeFace(turn) {
+  const face = turn.face_style;
+  let text = `face shows ${face.emotion}`;
+  if (face.intensity !== undefined && face.emotion !== "neutral") text += ` at intensity ${face.intensity.toFixed(2)}`;
+  if (face.emotion !== turn.emotion.label) {
+    text += ` — the expression the model learned an empathetic listener shows for ${turn.emotion.label}`;
+  }
+  return text;
 }
 
 function showTurn(bubble, turn) {
@@ -163,6 +177,9 @@ function showTurn(bubble, turn) {
     bubble.insertBefore(audio, pending);
     if (pending) pending.textContent = $("animate").checked ? "animating the face…" : "";
     play(audio);
+  }
+  if (turn.face_style && !bubble.querySelector(".face-style")) {
+    bubble.insertBefore(el("div", { class: "emotion face-style" }, describeFace(turn)), pending);
   }
   if (turn.video_url && !bubble.querySelector("video")) {
     const video = el("video", { src: turn.video_url, controls: "", playsinline: "", preload: "auto" });
