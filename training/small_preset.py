@@ -200,6 +200,8 @@ def style_refit(out: Path, start, rendered: Path, gold: Path, text_file: Path, t
         refit_style_disentangler,
     )
 
+    # The style parts alone are linear maps (the trained style layers and zero-initialised
+    # offset tables) on fixed features: they take a tenfold rate.
     learning_rate, batch_size = (3e-4, 64) if parts == "all" else (3e-3, 64)
 
     output_dir = out / REFIT
