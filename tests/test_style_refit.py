@@ -100,17 +100,22 @@ def test_the_refit_rate_warms_up_then_decays_to_zero(monkeypatch):
     assert rates[4:] == sorted(rates[4:], reverse=True) and rates[-1] < 0.02 * 1e-3
 
 
+def saved_before(folder, option: str):
+    """A tiny model saved with ``style_disentangler.<option>`` false and its config saying
+    nothing of it, as a model saved before the option existed: the folder."""
+    Empatheia.from_preset("tiny", {f"style_disentangler.{option}": False}).save_pretrained(folder / "old")
+    config = folder / "old" / "config.yaml"
+    config.write_text(config.read_text().replace(f"  {option}: false\n", ""))
+    return folder / "old"
+
+
 def test_a_head_trained_without_the_emotion_slot_gets_it_and_keeps_its_weights(tmp_path):
     """Weights saved before the Style Disentangler read the emotion slot load as they were
     trained (their config says nothing of it), and the refit adds the input to them."""
     from empatheia.training.style_refit import add_chain_reading
 
     torch.manual_seed(0)
-    old = Empatheia.from_preset("tiny", {"style_disentangler.reads_chain_emotion": False})
-    old.save_pretrained(tmp_path / "old")
-    config = (tmp_path / "old" / "config.yaml").read_text()
-    (tmp_path / "old" / "config.yaml").write_text(config.replace("  reads_chain_emotion: false\n", ""))
-    loaded = Empatheia.from_pretrained(tmp_path / "old")
+    loaded = Empatheia.from_pretrained(saved_before(tmp_path, "reads_chain_emotion"))
     assert loaded.config.style_disentangler.reads_chain_emotion is False
     before = {k: v.clone() for k, v in loaded.style_disentangler.state_dict().items()}
     assert add_chain_reading(loaded) and not add_chain_reading(loaded)
@@ -139,11 +144,7 @@ def test_class_style_offsets_load_old_weights_as_trained_and_a_refit_of_the_styl
     from empatheia.training.style_refit import STYLE_PARTS, add_class_styles
 
     torch.manual_seed(0)
-    old = Empatheia.from_preset("tiny", {"style_disentangler.styles_follow_classes": False})
-    old.save_pretrained(tmp_path / "old")
-    config = (tmp_path / "old" / "config.yaml").read_text()
-    (tmp_path / "old" / "config.yaml").write_text(config.replace("  styles_follow_classes: false\n", ""))
-    model = Empatheia.from_pretrained(tmp_path / "old")
+    model = Empatheia.from_pretrained(saved_before(tmp_path, "styles_follow_classes"))
     assert model.config.style_disentangler.styles_follow_classes is False
     head = model.style_disentangler.eval()
     sd = model.config.style_disentangler
@@ -202,3 +203,31 @@ def test_new_label_sets_keep_the_class_style_offsets_of_known_classes():
     table = model.style_disentangler.class_styles["emotion"].weight
     assert table.shape[1] == 2
     assert torch.equal(table[:, 0], happy) and torch.equal(table[:, 1], torch.zeros_like(happy))
+
+
+def test_shipped_weights_without_class_style_offsets_load_as_they_were_trained(tmp_path, monkeypatch):
+    """A preset whose shipped weights predate the per-class offsets builds its head without
+    them (its config asks for them), so the weights load and give the styles they gave."""
+    from safetensors.torch import save_file
+
+    from empatheia import modeling
+
+    torch.manual_seed(0)
+    old = Empatheia.from_preset("tiny", {"style_disentangler.styles_follow_classes": False}, trained=False)
+    path = tmp_path / "empatheia.safetensors"
+    save_file({k: v.contiguous() for k, v in old.trained_state_dict().items()}, str(path))
+    monkeypatch.setattr(modeling, "shipped_weights", lambda name: path)
+    loaded = Empatheia.from_preset("tiny")
+    assert loaded.config.style_disentangler.styles_follow_classes is False
+    assert not hasattr(loaded.style_disentangler, "class_styles")
+    n, h = old.config.language_model.num_signal_tokens, old.config.language_model.hidden_size
+    signals = torch.randn(2, n, h)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.style_disentangler.eval()(signals, signals).video_style,
+                                   old.style_disentangler.eval()(signals, signals).video_style)
+    # Weights that have them load with them.
+    monkeypatch.setattr(modeling, "shipped_weights", lambda name: None)
+    fresh = Empatheia.from_preset("tiny")
+    save_file({k: v.contiguous() for k, v in fresh.trained_state_dict().items()}, str(path))
+    monkeypatch.setattr(modeling, "shipped_weights", lambda name: path)
+    assert Empatheia.from_preset("tiny").config.style_disentangler.styles_follow_classes is True

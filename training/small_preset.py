@@ -180,6 +180,22 @@ def states_key(weights: Path, examples: Sequence[str], layout: str) -> str:
     }).encode()).hexdigest()
 
 
+def kept_states(kind, path: Path, key: str, collect, step: str):
+    """The states of ``kind`` (:class:`~empatheia.training.style_refit.SignalStates` or
+    :class:`~empatheia.training.content_refit.ResponseStates`) kept at ``path`` when its key
+    is ``key``; otherwise ``collect()``'s, kept there. Collecting them is most of a refit's
+    time, so a refit with other settings (delete ``final/``) starts from them; the key
+    tells whether a kept file holds these examples of these weights."""
+    if path.is_file() and kind.key_of(path) == key:
+        return kind.load(path)
+    if path.is_file():
+        print(f"[small] {step}: {path} holds other examples or weights; collecting again")
+    states = collect()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    states.save(path, key)
+    return states
+
+
 def style_refit(out: Path, start, rendered: Path, gold: Path, text_file: Path, text_dialogues: int, steps: int,
                 seed: int = 0, parts: str = "all", preset: str = "small") -> Path:
     """Step 6: refit the Style Disentangler of ``start`` (stage 4's folder, or
@@ -219,25 +235,17 @@ def style_refit(out: Path, start, rendered: Path, gold: Path, text_file: Path, t
     # A fixed draw of the training split's other dialogues (by a hash of their id).
     text = [d for d in read_dataset(text_file, labels=labels).dialogues if d.id not in known and d.response and d.emotion]
     text = sorted(text, key=lambda d: stable_fraction(f"style-refit:{d.id}"))[:text_dialogues]
-    # Collecting the states is most of the step's time: they are kept, so that a refit with
-    # other settings (delete final/) starts from them; the key tells whether a kept file
-    # holds these examples of these weights.
-    key = states_key(weights, [d.id for d in corpus] + [d.id for d in text], "signals+chain")
-    cached = output_dir / STATES_NAME
-    if cached.is_file() and SignalStates.key_of(cached) == key:
-        states = SignalStates.load(cached)
-    else:
-        if cached.is_file():
-            print(f"[small] style refit: {cached} holds other examples or weights; collecting again")
+    def collect() -> SignalStates:
         store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
         datasets = [
             StageDataset(corpus, model.processor, 4, store, labels, cache),
             StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=1.0),
             StageDataset([], model.processor, 4, store, labels, cache, text_dialogues=text),
         ]
-        states = SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
-        output_dir.mkdir(parents=True, exist_ok=True)
-        states.save(cached, key)
+        return SignalStates.concatenate([collect_signal_states(model, d) for d in datasets if len(d)])
+
+    key = states_key(weights, [d.id for d in corpus] + [d.id for d in text], "signals+chain")
+    states = kept_states(SignalStates, output_dir / STATES_NAME, key, collect, "style refit")
     settings = {"init": str(weights), "rendered": str(rendered), "text": str(text_file),
                 "text_dialogues": len(text), "examples": len(states), "steps": steps, "parts": parts,
                 "learning_rate": learning_rate, "batch_size": batch_size, "seed": seed}
@@ -270,22 +278,15 @@ def content_refit(out: Path, start, rendered: Path, gold: Path, steps: int, seed
     model, weights = load_start(start, preset)
     labels = model.label_sets()
     corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
-    # The response states depend on the language core and the projectors alone, which
-    # a style refit leaves as they were: its key is that of the weights they came from.
-    key = states_key(weights, [d.id for d in corpus], "response")
-    cached = output_dir / RESPONSE_STATES_NAME
-    if cached.is_file() and ResponseStates.key_of(cached) == key:
-        states = ResponseStates.load(cached)
-    else:
-        if cached.is_file():
-            print(f"[small] content refit: {cached} holds other examples or weights; collecting again")
+    def collect() -> ResponseStates:
         store, cache = GoldFeatureStore(gold), MediaFeatureCache(out / "encoder_cache", model.processor.config)
-        states = ResponseStates.concatenate([
+        return ResponseStates.concatenate([
             collect_response_states(model, StageDataset(corpus, model.processor, 4, store, labels, cache, text_only_share=share))
             for share in (0.0, 1.0)
         ])
-        output_dir.mkdir(parents=True, exist_ok=True)
-        states.save(cached, key)
+
+    key = states_key(weights, [d.id for d in corpus], "response")
+    states = kept_states(ResponseStates, output_dir / RESPONSE_STATES_NAME, key, collect, "content refit")
     log = refit_content_synchronizer(model, states, steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed)
     model.save_pretrained(output_dir / "final")
     settings = {"init": str(weights), "rendered": str(rendered), "examples": len(states), "steps": steps,

@@ -491,29 +491,27 @@ def score_multimodal(
     # ------------------------------------------------------------ consistency
     consistency: Dict[str, Any] = {}
     if fer_labels:
-        readable = set(FER_TO_EMPATHEIA.values()) & set(models.expression.labels)
-        text = [text_emotions[i] if text_emotions[i] in readable else None for i in video_items]
-        agreement = emotion_agreement({"text": text, "video": [fer_labels[i] for i in video_items]},
-                                      labels=list(models.expression.labels))
-        consistency.update(
-            text_video_emotion_agreement=_finite(agreement.pairwise[("text", "video")]),
-            text_video_count=agreement.counts[("text", "video")],
-            text_video_excluded=sum(t is None for t in text),
-        )
         from .video import _emotion_folder
 
-        fold = _emotion_folder(list(models.expression.labels))
+        labels = list(models.expression.labels)
+        readable = set(FER_TO_EMPATHEIA.values()) & set(labels)
+        faces = [fer_labels[i] for i in video_items]
+
+        def against_faces(name: str, emotions: Sequence[Optional[str]]) -> Dict[str, Any]:
+            emotions = [e if e in readable else None for e in emotions]
+            agreement = emotion_agreement({name: emotions, "video": faces}, labels=labels)
+            return {
+                f"{name}_video_emotion_agreement": _finite(agreement.pairwise[(name, "video")]),
+                f"{name}_video_count": agreement.counts[(name, "video")],
+                f"{name}_video_excluded": sum(e is None for e in emotions),
+            }
+
+        consistency.update(against_faces("text", [text_emotions[i] for i in video_items]))
+        fold = _emotion_folder(labels)
         chain = [fold(predictions[i]["chain_emotion"]) if predictions[i].get("chain_emotion") else None
                  for i in video_items]
-        chain = [c if c in readable else None for c in chain]
-        if any(c is not None for c in chain):
-            agreement = emotion_agreement({"chain": chain, "video": [fer_labels[i] for i in video_items]},
-                                          labels=list(models.expression.labels))
-            consistency.update(
-                chain_video_emotion_agreement=_finite(agreement.pairwise[("chain", "video")]),
-                chain_video_count=agreement.counts[("chain", "video")],
-                chain_video_excluded=sum(c is None for c in chain),
-            )
+        if any(c in readable for c in chain):
+            consistency.update(against_faces("chain", chain))
     if transcripts:
         content = mean_content_agreement([predictions[i]["text"] for i in audio_items], [transcripts[i] for i in audio_items])
         consistency.update(

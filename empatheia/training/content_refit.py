@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..data import StageCollator, StageDataset
 from ..modeling import Empatheia
-from .head_refit import refit_head
+from .head_refit import load_states, refit_head, save_states, states_key_of
 
 TARGETS = ("speech_content_target", "speech_content_mask", "video_content_target", "video_content_mask")
 
@@ -70,29 +70,14 @@ class ResponseStates:
     def save(self, path, key: str = "") -> None:
         """Write the states and targets to a safetensors file; ``key`` names what they were
         collected from (:meth:`key_of` reads it back)."""
-        from safetensors.torch import save_file
+        save_states(path, {"hidden": self.hidden, "mask": self.mask}, self.targets, key)
 
-        tensors = {"hidden": self.hidden, "mask": self.mask}
-        tensors.update({f"target.{name}": value for name, value in self.targets.items()})
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"key": key})
-
-    @staticmethod
-    def key_of(path) -> str:
-        """The ``key`` that :meth:`save` wrote into ``path``."""
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as file:
-            return (file.metadata() or {}).get("key", "")
+    key_of = staticmethod(states_key_of)
 
     @classmethod
     def load(cls, path) -> "ResponseStates":
         """Read what :meth:`save` wrote."""
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(path))
-        if not {"hidden", "mask"} <= tensors.keys():
-            raise ValueError(f"{path}: not a file of response states (no 'hidden' and 'mask')")
-        targets = {k[len("target.") :]: v for k, v in tensors.items() if k.startswith("target.")}
+        tensors, targets = load_states(path, ("hidden", "mask"), "response states")
         return cls(tensors["hidden"], tensors["mask"], targets)
 
 

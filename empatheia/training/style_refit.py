@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from ..data import StageCollator, StageDataset
 from ..modeling import Empatheia
-from .head_refit import refit_head
+from .head_refit import load_states, refit_head, save_states, states_key_of
 
 
 @dataclass
@@ -67,30 +67,15 @@ class SignalStates:
         part of a refit; a second refit with other settings can start from the file).
         ``key`` names what they were collected from (:meth:`key_of` reads it back), so that
         a caller can tell a file of other examples or another model from its own."""
-        from safetensors.torch import save_file
+        save_states(path, {"speech": self.speech, "video": self.video, "chain": self.chain,
+                           "has_chain": self.has_chain}, self.targets, key)
 
-        tensors = {"speech": self.speech, "video": self.video, "chain": self.chain, "has_chain": self.has_chain}
-        tensors.update({f"target.{key}": value for key, value in self.targets.items()})
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"key": key})
-
-    @staticmethod
-    def key_of(path) -> str:
-        """The ``key`` that :meth:`save` wrote into ``path``."""
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as file:
-            return (file.metadata() or {}).get("key", "")
+    key_of = staticmethod(states_key_of)
 
     @classmethod
     def load(cls, path) -> "SignalStates":
         """Read what :meth:`save` wrote."""
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(path))
-        missing = {"speech", "video", "chain", "has_chain"} - tensors.keys()
-        if missing:
-            raise ValueError(f"{path}: not a file of signal states (no {sorted(missing)})")
-        targets = {k[len("target.") :]: v for k, v in tensors.items() if k.startswith("target.")}
+        tensors, targets = load_states(path, ("speech", "video", "chain", "has_chain"), "signal states")
         return cls(tensors["speech"], tensors["video"], tensors["chain"], tensors["has_chain"], targets)
 
 

@@ -157,7 +157,7 @@ function play(media) {
 }
 
 // What the face was given, and why it may differ from the emotion the model read: the
-// listener meets some emotions with another expression (fear and anger with calm warmth),
+// listener meets some emotions with another expression (fear with a smile, anger with a soft sad face),
 // as the training data's listeners do.
 function describeFace(turn) {
   const face = turn.face_style;
@@ -179,7 +179,7 @@ function showTurn(bubble, turn) {
     play(audio);
   }
   if (turn.face_style && !bubble.querySelector(".face-style")) {
-    bubble.insertBefore(el("div", { class: "emotion face-style" }, describeFace(turn)), pending);
+    bubble.querySelector(".emotion").after(el("div", { class: "emotion face-style" }, describeFace(turn)));
   }
   if (turn.video_url && !bubble.querySelector("video")) {
     const video = el("video", { src: turn.video_url, controls: "", playsinline: "", preload: "auto" });
