@@ -4,8 +4,8 @@ fixed evaluation split of EmpatheticDialogues.
 No multimodal empathetic-dialogue data can be had offline, so the ``small`` preset's
 stages 2-4 train on EmpatheticDialogues conversations whose every utterance is spoken by
 the packaged Piper voice and animated by the avatar renderer, in a style that follows the
-emotion: the speaker shows the conversation's emotion; the listener answers with an
-empathetic expression of it (:data:`LISTENER_EXPRESSION`). Avatars are drawn from fixed
+emotion: the speaker shows the conversation's emotion; the listener shares it, softer
+(:data:`LISTENER_EXPRESSION`). Avatars are drawn from fixed
 pools keyed by the conversation, so each recurs across conversations with one voice and
 one face, as AvaMERG's avatars do.
 """
@@ -108,15 +108,19 @@ INTENSITY_JITTER = 0.15
 """Each utterance's intensity is its role's times ``1 + uniform(-0.15, 0.15)``, seeded by
 the conversation and turn (:func:`utterance_intensity`)."""
 LISTENER_EXPRESSION: Dict[str, Tuple[str, float]] = {
-    # What an empathetic listener shows for each speaker emotion: sorrow is met softly,
-    # joy and surprise are shared, anger and fear are met with calm warmth rather than
-    # mirrored, contempt and disgust with a mild echo.
+    # What the listener shows for each speaker emotion: the same emotion, softer. An
+    # empathetic listener's face tells the speaker their feeling was understood, so it
+    # shares it (a worried face for fear, an indignant one for anger) at less than the
+    # speaker's intensity (SPEAKER_INTENSITY) rather than answering with another emotion:
+    # a warm smile at a frightened speaker reads as not listening. Intensities are where
+    # the drawn face is still read as its emotion with a voice beside it
+    # (bench/face_legibility.py --speech); joy is shared nearly in full.
     "sad": ("sad", 0.5),
     "happy": ("happy", 0.8),
-    "angry": ("sad", 0.3),
-    "fear": ("happy", 0.3),
+    "angry": ("angry", 0.5),
+    "fear": ("fear", 0.6),
     "surprised": ("surprised", 0.6),
-    "contempt": ("sad", 0.3),
+    "contempt": ("contempt", 0.4),
     "disgusted": ("disgusted", 0.4),
 }
 
