@@ -185,6 +185,11 @@ class ContentSynchronizerConfig(TransformerVAEConfig):
     """Distinct speech unit ids (the speech generator's ``unit_vocab_size``: 256 for
     Piper's table, 178 for StyleTTS2's); > 0 adds each unit's id embedding to its content
     query row and makes ``speech_units`` a required input; 0 leaves it out."""
+    unit_context: int = 5
+    """Width (odd) of a convolution over the unit id embeddings of neighbouring rows whose
+    output is added to each content query row beside its own unit's embedding, so that a
+    row knows its neighbours' units from the start; 0 leaves it out. Read only with
+    ``unit_vocab_size > 0``. See :class:`~empatheia.heads.ContentSynchronizer` for why."""
 
 
 @dataclass

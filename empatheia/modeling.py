@@ -126,6 +126,10 @@ class Empatheia(nn.Module):
             # Weights made before the styles had per-class offsets load as they were
             # trained (empatheia.training.style_refit.add_class_styles adds them).
             config.style_disentangler.styles_follow_classes = False
+        if state is not None and not any(k.startswith("content_synchronizer.unit_context.") for k in state):
+            # Likewise for weights made before the content queries saw their neighbours
+            # (empatheia.training.content_refit.add_unit_context adds it).
+            config.content_synchronizer.unit_context = 0
         model = cls(config, dtype=dtype)
         if state is not None:
             model.load_trained_state_dict(state, source=str(weights))
@@ -791,6 +795,9 @@ class Empatheia(nn.Module):
         if "styles_follow_classes" not in (saved.get("style_disentangler") or {}):
             # Saved before the styles had per-class offsets (add_class_styles adds them).
             config.style_disentangler.styles_follow_classes = False
+        if "unit_context" not in (saved.get("content_synchronizer") or {}):
+            # Saved before the content queries saw their neighbours (add_unit_context adds it).
+            config.content_synchronizer.unit_context = 0
         if overrides:
             config.update(overrides)
         tokenizer_dir = directory / TOKENIZER_DIR

@@ -83,3 +83,58 @@ def test_a_dataset_without_gold_content_is_refused(avatar):
     dataset = StageDataset([], model.processor, 4, GoldFeatureStore(gold), labels, text_dialogues=text)
     with pytest.raises(ValueError, match="gold content"):
         collect_response_states(model, dataset, batch_size=2, progress=False)
+
+
+def _unit_batch(model, units: torch.Tensor, lengths: torch.Tensor):
+    """Hidden states of a fixed random response for each row of ``units`` ``(B, L)``."""
+    g = torch.Generator().manual_seed(1)
+    hidden = torch.randn(1, 6, model.content_synchronizer.input_ffn[0].in_features, generator=g).expand(units.shape[0], -1, -1)
+    return hidden, torch.ones(units.shape[0], 6, dtype=torch.bool), lengths, units
+
+
+def test_a_content_row_sees_its_neighbours_units_and_nothing_past_the_end():
+    torch.manual_seed(0)
+    model = Empatheia.from_preset("tiny").eval()
+    head = model.content_synchronizer
+    assert head.unit_context is not None and head.unit_context.kernel_size == (5,)
+    torch.nn.init.normal_(head.unit_context.weight, std=0.05)  # as if trained
+    units = torch.tensor([[5, 6, 7, 8, 9, 10], [5, 6, 7, 40, 9, 10], [5, 6, 7, 8, 9, 10]])
+    lengths = torch.tensor([6, 6, 4])
+    with torch.no_grad():
+        out = head(*_unit_batch(model, units, lengths))
+    # The rows' own ids and positions are equal in rows 0 and 1 but for row 3: rows 1, 2,
+    # 4 and 5, within two of it, see the change through the context alone.
+    unit_rows = head._unit_rows(units, lengths)
+    assert torch.equal(unit_rows[0, 0], unit_rows[1, 0])
+    assert all(not torch.allclose(unit_rows[0, i], unit_rows[1, i]) for i in (1, 2, 4, 5))
+    # An item of four units reads as it does alone: its padded rows' ids are nobody's neighbours.
+    with torch.no_grad():
+        alone = head(*_unit_batch(model, units[2:, :4], lengths[2:]))
+    torch.testing.assert_close(out.video[2, :4], alone.video[0], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(out.video[0, :4], alone.video[0], atol=1e-4)
+
+
+def test_a_head_trained_without_unit_context_gains_one_that_changes_nothing_until_refit(tmp_path):
+    from empatheia.training.content_refit import add_unit_context
+
+    torch.manual_seed(0)
+    old = Empatheia.from_preset("tiny", {"content_synchronizer.unit_context": 0}).eval()
+    assert old.content_synchronizer.unit_context is None
+    old.save_pretrained(tmp_path / "old")
+    # A config written before the key existed loads as the weights were trained.
+    config = (tmp_path / "old" / "config.yaml").read_text()
+    assert config.count("  unit_context: 0\n") == 1
+    (tmp_path / "old" / "config.yaml").write_text(config.replace("  unit_context: 0\n", ""))
+    model = Empatheia.from_pretrained(tmp_path / "old").eval()
+    assert model.config.content_synchronizer.unit_context == 0 and model.content_synchronizer.unit_context is None
+
+    units, lengths = torch.randint(1, 200, (2, 7)), torch.tensor([7, 5])
+    with torch.no_grad():
+        before = model.content_synchronizer(*_unit_batch(model, units, lengths)).video
+        assert add_unit_context(model) and not add_unit_context(model)
+        after = model.content_synchronizer(*_unit_batch(model, units, lengths)).video
+    torch.testing.assert_close(after, before)
+    assert model.config.content_synchronizer.unit_context == 5
+    model.save_pretrained(tmp_path / "new")
+    again = Empatheia.from_pretrained(tmp_path / "new")
+    assert again.content_synchronizer.unit_context is not None

@@ -268,7 +268,12 @@ def content_refit(out: Path, start, rendered: Path, gold: Path, steps: int, seed
     import yaml
 
     from empatheia.data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
-    from empatheia.training.content_refit import ResponseStates, collect_response_states, refit_content_synchronizer
+    from empatheia.training.content_refit import (
+        ResponseStates,
+        add_unit_context,
+        collect_response_states,
+        refit_content_synchronizer,
+    )
 
     learning_rate, batch_size = 3e-4, 32
     output_dir = out / CONTENT_REFIT
@@ -276,6 +281,8 @@ def content_refit(out: Path, start, rendered: Path, gold: Path, steps: int, seed
         print(f"[small] content refit: {output_dir / 'final'} exists, skipped")
         return output_dir
     model, weights = load_start(start, preset)
+    if add_unit_context(model):
+        print(f"[small] content refit: {weights} has no unit context; the refit adds it")
     labels = model.label_sets()
     corpus = read_dataset(rendered, labels=labels, require_media=True).dialogues
     def collect() -> ResponseStates:

@@ -41,6 +41,16 @@ class ContentSynchronizer(nn.Module):
     (the speech generator's phoneme id), so that what a unit does to the mouth (a vowel
     opens it, /m b p/ close it) is learnable from the row alone. Lengths are given per
     item, because they are facts of the speech generator, not something to predict here.
+
+    How loud a unit sounds, and so how far it opens the mouth, depends on its neighbours
+    as much as on itself: a vowel before a pause fades, a consonant between vowels is
+    voiced through (docs/model.md measures how much). The queries' self-attention can find
+    the row next door only through learned absolute positions, which takes far more steps
+    than the heads get, so with
+    ``unit_context > 0`` a convolution over the neighbouring rows' unit embeddings gives
+    each query its context directly. It starts at zero, so a model given one later
+    (:func:`~empatheia.training.content_refit.add_unit_context`) writes what it wrote
+    before until it trains.
     """
 
     def __init__(self, config: ContentSynchronizerConfig, input_dim: int):
@@ -63,8 +73,20 @@ class ContentSynchronizer(nn.Module):
         self.unit_embedding = nn.Embedding(config.unit_vocab_size, d) if config.unit_vocab_size > 0 else None
         if self.unit_embedding is not None:
             nn.init.normal_(self.unit_embedding.weight, std=0.02)
+        self.unit_context = self.unit_context_layer() if self.unit_embedding is not None and config.unit_context else None
         self.speech_out = nn.Linear(d, config.speech_content_dim)
         self.video_out = nn.Linear(d, config.video_content_dim)
+
+    def unit_context_layer(self) -> nn.Conv1d:
+        """A zero convolution of width ``config.unit_context`` over the rows' unit embeddings."""
+        width = self.config.unit_context
+        if width < 1 or width % 2 == 0:
+            raise ValueError(f"content_synchronizer.unit_context must be 0 or odd, got {width}")
+        d = self.config.d_model
+        layer = nn.Conv1d(d, d, width, padding=width // 2)
+        nn.init.zeros_(layer.weight)
+        nn.init.zeros_(layer.bias)
+        return layer
 
     def estimate_lengths(self, num_chars: torch.Tensor) -> torch.Tensor:
         """Content lengths ``(B,)`` estimated from response lengths in characters, for use
@@ -72,13 +94,22 @@ class ContentSynchronizer(nn.Module):
         speech = (num_chars.float() * self.config.phonemes_per_char).round().long()
         return speech.clamp(1, self.config.max_speech_length)
 
-    def _queries(self, base: torch.Tensor, positions: nn.Embedding, lengths: torch.Tensor, units) -> torch.Tensor:
-        """``(B, L, d)`` query rows: modality vector + position (+ unit id embedding)."""
+    def _unit_rows(self, units: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``(B, L)`` unit ids -> ``(B, L, d)``: each row's unit embedding, plus its
+        neighbours' through the context convolution when there is one."""
+        embedded = self.unit_embedding(units)  # (B, L, d)
+        if self.unit_context is None:
+            return embedded
+        # Rows past an item's length are no unit: its last row's neighbours there are nothing.
+        steps = torch.arange(units.shape[1], device=units.device)
+        present = (steps[None, :] < lengths[:, None].to(units.device)).unsqueeze(-1).to(embedded.dtype)  # (B, L, 1)
+        return embedded + self.unit_context((embedded * present).transpose(1, 2)).transpose(1, 2)
+
+    def _queries(self, base: torch.Tensor, positions: nn.Embedding, lengths: torch.Tensor, unit_rows) -> torch.Tensor:
+        """``(B, L, d)`` query rows: modality vector + position (+ the rows' units, :meth:`_unit_rows`)."""
         steps = torch.arange(int(lengths.max()), device=lengths.device)
         queries = (base + positions(steps)).unsqueeze(0).expand(lengths.shape[0], -1, -1)  # (B, L, d)
-        if units is not None:
-            queries = queries + self.unit_embedding(units)
-        return queries
+        return queries if unit_rows is None else queries + unit_rows
 
     def forward(
         self,
@@ -131,10 +162,11 @@ class ContentSynchronizer(nn.Module):
         source = self.input_ffn(hidden_states.to(dtype))
         padding = torch.arange(length, device=source.device)[None, :] >= speech_lengths.to(source.device)[:, None]  # (B, Ls)
         # Both modalities go through the shared VAE in one call, stacked on the batch axis.
+        unit_rows = None if units is None else self._unit_rows(units, speech_lengths)
         queries = torch.cat(
             [
-                self._queries(self.speech_query, self.speech_positions, speech_lengths, units),
-                self._queries(self.video_query, self.video_positions, speech_lengths, units),
+                self._queries(self.speech_query, self.speech_positions, speech_lengths, unit_rows),
+                self._queries(self.video_query, self.video_positions, speech_lengths, unit_rows),
             ]
         )
         out = self.vae(

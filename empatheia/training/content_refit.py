@@ -81,6 +81,22 @@ class ResponseStates:
         return cls(tensors["hidden"], tensors["mask"], targets)
 
 
+def add_unit_context(model: Empatheia) -> bool:
+    """Give the Content Synchronizer of ``model``, trained without a unit context
+    (``content_synchronizer.unit_context`` 0) but reading unit ids, the zero context
+    convolution of the preset's width (:class:`~empatheia.config.ContentSynchronizerConfig`),
+    which leaves its content as it was until a refit trains it. Returns whether it changed
+    anything."""
+    head = model.content_synchronizer
+    config = head.config
+    if head.unit_embedding is None or head.unit_context is not None:
+        return False
+    config.unit_context = type(config)().unit_context
+    param = head.unit_embedding.weight
+    head.unit_context = head.unit_context_layer().to(device=param.device, dtype=param.dtype)
+    return True
+
+
 def response_rows(hidden: torch.Tensor, response_mask: torch.Tensor) -> tuple:
     """The response tokens' states of each row, moved to the front in their order:
     ``hidden`` ``(B, L, H)`` and ``response_mask`` ``(B, L)`` -> ``(B, R, H)`` and
