@@ -233,6 +233,24 @@ def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small
     assert (sad.video_style - happy.video_style).abs().max() > 0.1
 
 
+def test_the_shipped_weights_share_the_speakers_fear_and_anger_in_the_face(small_model):
+    """The listener's face shares the speaker's emotion, softer (the rendered data's
+    LISTENER_EXPRESSION): a frightened speaker gets a worried face and an outraged one an
+    indignant face, not a smile or a sad face."""
+    from empatheia import Dialogue, Turn
+    from empatheia.generators.avatar_renderer import AvatarRenderer
+
+    fear = Dialogue([Turn("speaker", "I heard someone trying to open my front door at 3am. I'm terrified to go to sleep.")])
+    anger = Dialogue([Turn("speaker", "My landlord kept my whole deposit for no reason and won't answer my calls. I'm furious!")])
+    config = small_model.config.style_disentangler
+    renderer = AvatarRenderer(small_model.config.content_synchronizer.video_content_dim, config.video_style_dim)
+    for dialogue, emotion in ((fear, "fear"), (anger, "angry")):
+        response = small_model.respond(dialogue)
+        face = renderer.describe_style(response.video_style)
+        assert response.emotion.label == emotion and face["emotion"] == emotion, (response.emotion, face)
+        assert face["intensity"] >= 0.3 and face["mix"][emotion] >= 0.5, face
+
+
 def test_shipped_answers_are_lip_synced_to_their_own_speech(small_model):
     """The rendered answers' mouths follow the speech actually generated (the Content
     Synchronizer's per-unit C^v spread by the voice's alignment): over three answers the
