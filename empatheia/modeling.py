@@ -46,6 +46,17 @@ WEIGHTS_VERSION = "2"
 _LM_PREFIX = "language_model."
 
 _STANDARDIZER_BUFFERS = (".running_mean", ".running_var", ".updates")
+# Head options added after weights had been trained and shipped without them:
+# (config section, option, the value those weights were trained with, the prefix of the
+# option's own weights). A saved config that does not name the option, or weights that
+# hold none of its parameters, load with that value, so they give what they gave when
+# trained; the refits add each option to such weights (style_refit.add_chain_reading and
+# add_class_styles, content_refit.add_unit_context).
+ADDED_OPTIONS = (
+    ("style_disentangler", "reads_chain_emotion", False, "style_disentangler.chain_"),
+    ("style_disentangler", "styles_follow_classes", False, "style_disentangler.class_styles."),
+    ("content_synchronizer", "unit_context", 0, "content_synchronizer.unit_context."),
+)
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
 
 
@@ -122,14 +133,10 @@ class Empatheia(nn.Module):
         config = EmpatheiaConfig.from_preset(name, overrides)
         weights = shipped_weights(name) if trained else None
         state = load_trained_state(weights) if weights is not None else None
-        if state is not None and not any(k.startswith("style_disentangler.class_styles.") for k in state):
-            # Weights made before the styles had per-class offsets load as they were
-            # trained (empatheia.training.style_refit.add_class_styles adds them).
-            config.style_disentangler.styles_follow_classes = False
-        if state is not None and not any(k.startswith("content_synchronizer.unit_context.") for k in state):
-            # Likewise for weights made before the content queries saw their neighbours
-            # (empatheia.training.content_refit.add_unit_context adds it).
-            config.content_synchronizer.unit_context = 0
+        if state is not None:
+            for section, option, before, prefix in ADDED_OPTIONS:
+                if not any(k.startswith(prefix) for k in state):
+                    setattr(getattr(config, section), option, before)
         model = cls(config, dtype=dtype)
         if state is not None:
             model.load_trained_state_dict(state, source=str(weights))
@@ -788,16 +795,9 @@ class Empatheia(nn.Module):
                 raise FileNotFoundError(f"{directory} is not a saved Empatheia model: {needed} is missing")
         saved = read_yaml_mapping(directory / CONFIG_NAME)
         config = EmpatheiaConfig.from_dict(saved, source=str(directory / CONFIG_NAME))
-        if "reads_chain_emotion" not in (saved.get("style_disentangler") or {}):
-            # Saved before the Style Disentangler could read the emotion slot: its head
-            # has no weights for it (empatheia.training.style_refit.add_chain_reading adds them).
-            config.style_disentangler.reads_chain_emotion = False
-        if "styles_follow_classes" not in (saved.get("style_disentangler") or {}):
-            # Saved before the styles had per-class offsets (add_class_styles adds them).
-            config.style_disentangler.styles_follow_classes = False
-        if "unit_context" not in (saved.get("content_synchronizer") or {}):
-            # Saved before the content queries saw their neighbours (add_unit_context adds it).
-            config.content_synchronizer.unit_context = 0
+        for section, option, before, _ in ADDED_OPTIONS:
+            if option not in (saved.get(section) or {}):
+                setattr(getattr(config, section), option, before)
         if overrides:
             config.update(overrides)
         tokenizer_dir = directory / TOKENIZER_DIR

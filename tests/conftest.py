@@ -112,6 +112,17 @@ def stage1_output(tmp_path_factory):
     return out
 
 
+def saved_before(folder: Path, section: str, option: str, value) -> Path:
+    """A tiny model saved with ``<section>.<option>`` at ``value`` and its config saying
+    nothing of it, as a model saved before the option existed: the folder."""
+    Empatheia.from_preset("tiny", {f"{section}.{option}": value}).save_pretrained(folder / "old")
+    config = folder / "old" / "config.yaml"
+    line = f"  {option}: {str(value).lower()}\n"
+    assert config.read_text().count(line) == 1, line
+    config.write_text(config.read_text().replace(line, ""))
+    return folder / "old"
+
+
 def wav_bytes(seconds: float = 1.0, rate: int = 16000, seed: int = 0) -> bytes:
     """A WAV file's bytes: a voiced-sounding tone with noise."""
     import io

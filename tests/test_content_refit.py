@@ -14,7 +14,7 @@ from empatheia.training.content_refit import (
     response_rows,
 )
 
-from .conftest import shared_data
+from .conftest import saved_before, shared_data
 
 
 def test_response_rows_packs_each_rows_response_tokens_in_order():
@@ -118,14 +118,8 @@ def test_a_head_trained_without_unit_context_gains_one_that_changes_nothing_unti
     from empatheia.training.content_refit import add_unit_context
 
     torch.manual_seed(0)
-    old = Empatheia.from_preset("tiny", {"content_synchronizer.unit_context": 0}).eval()
-    assert old.content_synchronizer.unit_context is None
-    old.save_pretrained(tmp_path / "old")
     # A config written before the key existed loads as the weights were trained.
-    config = (tmp_path / "old" / "config.yaml").read_text()
-    assert config.count("  unit_context: 0\n") == 1
-    (tmp_path / "old" / "config.yaml").write_text(config.replace("  unit_context: 0\n", ""))
-    model = Empatheia.from_pretrained(tmp_path / "old").eval()
+    model = Empatheia.from_pretrained(saved_before(tmp_path, "content_synchronizer", "unit_context", 0)).eval()
     assert model.config.content_synchronizer.unit_context == 0 and model.content_synchronizer.unit_context is None
 
     units, lengths = torch.randint(1, 200, (2, 7)), torch.tensor([7, 5])

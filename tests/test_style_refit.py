@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from empatheia import Empatheia
+from empatheia import Empatheia, modeling
 from empatheia.data import GoldFeatureStore, StageDataset, read_dataset
 from empatheia.training.style_refit import SignalStates, collect_signal_states, refit_style_disentangler
 
-from .conftest import shared_data
+from .conftest import saved_before, shared_data
 
 
 def test_the_refit_trains_only_the_style_disentangler_on_states_computed_once(avatar, tmp_path):
@@ -100,22 +100,13 @@ def test_the_refit_rate_warms_up_then_decays_to_zero(monkeypatch):
     assert rates[4:] == sorted(rates[4:], reverse=True) and rates[-1] < 0.02 * 1e-3
 
 
-def saved_before(folder, option: str):
-    """A tiny model saved with ``style_disentangler.<option>`` false and its config saying
-    nothing of it, as a model saved before the option existed: the folder."""
-    Empatheia.from_preset("tiny", {f"style_disentangler.{option}": False}).save_pretrained(folder / "old")
-    config = folder / "old" / "config.yaml"
-    config.write_text(config.read_text().replace(f"  {option}: false\n", ""))
-    return folder / "old"
-
-
 def test_a_head_trained_without_the_emotion_slot_gets_it_and_keeps_its_weights(tmp_path):
     """Weights saved before the Style Disentangler read the emotion slot load as they were
     trained (their config says nothing of it), and the refit adds the input to them."""
     from empatheia.training.style_refit import add_chain_reading
 
     torch.manual_seed(0)
-    loaded = Empatheia.from_pretrained(saved_before(tmp_path, "reads_chain_emotion"))
+    loaded = Empatheia.from_pretrained(saved_before(tmp_path, "style_disentangler", "reads_chain_emotion", False))
     assert loaded.config.style_disentangler.reads_chain_emotion is False
     before = {k: v.clone() for k, v in loaded.style_disentangler.state_dict().items()}
     assert add_chain_reading(loaded) and not add_chain_reading(loaded)
@@ -144,7 +135,7 @@ def test_class_style_offsets_load_old_weights_as_trained_and_a_refit_of_the_styl
     from empatheia.training.style_refit import STYLE_PARTS, add_class_styles
 
     torch.manual_seed(0)
-    model = Empatheia.from_pretrained(saved_before(tmp_path, "styles_follow_classes"))
+    model = Empatheia.from_pretrained(saved_before(tmp_path, "style_disentangler", "styles_follow_classes", False))
     assert model.config.style_disentangler.styles_follow_classes is False
     head = model.style_disentangler.eval()
     sd = model.config.style_disentangler
@@ -210,8 +201,6 @@ def test_shipped_weights_without_class_style_offsets_load_as_they_were_trained(t
     them (its config asks for them), so the weights load and give the styles they gave."""
     from safetensors.torch import save_file
 
-    from empatheia import modeling
-
     torch.manual_seed(0)
     old = Empatheia.from_preset("tiny", {"style_disentangler.styles_follow_classes": False}, trained=False)
     path = tmp_path / "empatheia.safetensors"
@@ -231,3 +220,20 @@ def test_shipped_weights_without_class_style_offsets_load_as_they_were_trained(t
     save_file({k: v.contiguous() for k, v in fresh.trained_state_dict().items()}, str(path))
     monkeypatch.setattr(modeling, "shipped_weights", lambda name: path)
     assert Empatheia.from_preset("tiny").config.style_disentangler.styles_follow_classes is True
+
+
+@pytest.mark.parametrize("section,option,before,prefix", modeling.ADDED_OPTIONS)
+def test_shipped_weights_without_an_added_option_load_without_it(section, option, before, prefix, tmp_path, monkeypatch):
+    """Each head option added after weights shipped (modeling.ADDED_OPTIONS): a preset
+    whose shipped weights hold none of its parameters builds without it, so they load."""
+    from safetensors.torch import save_file
+
+    old = Empatheia.from_preset("tiny", {f"{section}.{option}": before}, trained=False)
+    state = old.trained_state_dict()
+    assert not any(k.startswith(prefix) for k in state)
+    path = tmp_path / "empatheia.safetensors"
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    monkeypatch.setattr(modeling, "shipped_weights", lambda name: path)
+    loaded = Empatheia.from_preset("tiny")
+    assert getattr(getattr(loaded.config, section), option) == before
+    assert all(torch.equal(v, state[k]) for k, v in loaded.trained_state_dict().items())

@@ -84,7 +84,8 @@ class ResponseStates:
 def add_unit_context(model: Empatheia) -> bool:
     """Give the Content Synchronizer of ``model``, trained without a unit context
     (``content_synchronizer.unit_context`` 0) but reading unit ids, the zero context
-    convolution of the preset's width (:class:`~empatheia.config.ContentSynchronizerConfig`),
+    convolution of the config's default width
+    (:attr:`~empatheia.config.ContentSynchronizerConfig.unit_context`, every preset's),
     which leaves its content as it was until a refit trains it. Returns whether it changed
     anything."""
     head = model.content_synchronizer
