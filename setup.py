@@ -31,7 +31,7 @@ setup(
     packages=[
         "empatheia", "empatheia.configs", "empatheia.data", "empatheia.encoders", "empatheia.evaluation",
         "empatheia.generators", "empatheia.generators.dreamtalk", "empatheia.heads", "empatheia.recipes",
-        "empatheia.serve", "empatheia.training",
+        "empatheia.serve", "empatheia.training", "empatheia.variants",
     ],
     package_dir={"empatheia.configs": "configs", "empatheia.generators": "generators", "empatheia.recipes": "training"},
     install_requires=[
@@ -69,6 +69,6 @@ setup(
                  "ipykernel>=6.29", "playwright>=1.45,<2"],
     },
     # Trained weights of the presets that ship them (empatheia/weights/<preset>/), and the presets.
-    package_data={"empatheia": ["weights/*/*.safetensors", "weights/README.md"], "empatheia.serve": ["static/*"], "empatheia.configs": ["model/*.yaml", "train/*.yaml", "labels/*.yaml", "deepspeed/*.json"]},
+    package_data={"empatheia": ["weights/*/*.safetensors", "weights/*/*.json", "weights/*/emotion_readers/*", "weights/README.md"], "empatheia.serve": ["static/*"], "empatheia.configs": ["model/*.yaml", "train/*.yaml", "labels/*.yaml", "deepspeed/*.json"]},
     entry_points={"console_scripts": ["empatheia=empatheia.cli:main"]},
 )

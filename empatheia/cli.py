@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .config_loader import ConfigError, add_set_argument, preset_names
-from .loading import load_labels, load_model, model_overrides, progress
+from .variants import SYSTEMS
+from .loading import load_labels, load_system, model_overrides, progress, system_arguments
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
@@ -75,7 +76,7 @@ def _warm_model(args: argparse.Namespace, speak: bool):
     """The model of the arguments, loaded, with its avatars folder and, when it will
     speak, its generators."""
     start = time.perf_counter()
-    model = load_model(args)
+    model = load_system(args)
     if args.avatars is not None:
         model.config.generators.avatars = str(args.avatars)
     if speak:
@@ -242,10 +243,73 @@ def data_extract_features(args: argparse.Namespace) -> int:
     return 0
 
 
+def variants_styles(args: argparse.Namespace) -> int:
+    """``empatheia variants styles``: measure a style table and write it."""
+    import re
+
+    from .data.render import read_face_clips
+    from .labels import EMOTION_LABELS
+    from .modeling import Empatheia
+    from .variants.styles import StyleTable, measure_clip_styles, measure_generator_styles
+
+    if (args.speech_clips is None) != (args.faces is None) or (args.fallback and args.speech_clips is None):
+        raise SystemExit("error: --speech-clips and --faces go together (and --fallback only with them)")
+    try:
+        model = Empatheia.from_preset(args.preset, model_overrides(args), trained=False)
+    except (FileNotFoundError, ValueError, KeyError, ConfigError) as error:
+        raise SystemExit(f"error: {error}")
+    speech, head = model.generators()
+    if args.speech_clips is None or args.fallback is None:
+        progress(f"measuring the {args.preset} generators' styles, one emotion at a time")
+        generated = measure_generator_styles(speech, head, model.avatars(), progress=lambda c: progress(f"  {c} done"))
+    table = generated if args.speech_clips is None else None
+    if args.speech_clips is not None:
+        fallback = StyleTable.load(args.fallback) if args.fallback else generated
+        voices: Dict[str, List[Path]] = {}
+        for path in sorted(args.speech_clips.glob("*.wav")):
+            emotion = next((_emotion_of(w) for w in re.findall(r"[a-z]+", path.stem.lower()) if _emotion_of(w)), None)
+            if emotion is None:
+                raise SystemExit(f"error: {path}: no emotion in the file name")
+            voices.setdefault(emotion, []).append(path)
+        faces: Dict[str, List[Path]] = {}
+        for clip in read_face_clips(args.faces):
+            if clip.emotion in EMOTION_LABELS:  # a neutral clip styles no class
+                faces.setdefault(clip.emotion, []).append(clip.path)
+        if not voices or not faces:
+            raise SystemExit(f"error: no speech clip in {args.speech_clips} or no face clip in {args.faces}")
+        table = measure_clip_styles(speech, head, voices, faces, fallback)
+    table.save(args.out)
+    print(json.dumps({"out": str(args.out), "classes": table.classes, "sources": table.sources}, indent=1))
+    return 0
+
+
+def _emotion_of(word: str) -> Optional[str]:
+    """The class a word of a clip's file name names (``fearful`` -> fear), or ``None``."""
+    from .labels import UnknownEmotionError, fold_emotion
+
+    try:
+        return fold_emotion(word)
+    except UnknownEmotionError:
+        return None
+
+
 def train(args: argparse.Namespace) -> int:
+    from importlib import resources
+
     from empatheia.recipes.recipe import run_file
 
-    return run_file(args.config, args.set or [], resume=args.resume)
+    config = args.config
+    if args.system == "e3rg":
+        raise SystemExit("error: e3rg is training-free; its emotion readers are fitted with "
+                         "python -m empatheia.recipes.fit_emotion_readers (docs/variants.md)")
+    if args.system == "pipeline":
+        if config is not None:
+            raise SystemExit("error: --system pipeline runs the packaged configs/train/pipeline_text.yaml; "
+                             "give your changes with --set, or run your config without --system")
+        config = Path(str(resources.files("empatheia.configs") / "train" / "pipeline_text.yaml"))
+    elif config is None:
+        raise SystemExit("error: give a stage config, e.g. empatheia train configs/train/stage1_coe.yaml")
+    return run_file(config, args.set or [], resume=args.resume)
 
 
 def model_arguments(p: argparse.ArgumentParser) -> None:
@@ -259,6 +323,7 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
     add_set_argument(p, "override a model config key by its dotted name, e.g. language_model.pretrained=/models/vicuna")
+    system_arguments(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -352,10 +417,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=data_render)
 
     p = commands.add_parser("train", help="run a training stage or fine-tuning recipe from its YAML config")
-    p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")
+    p.add_argument("config", type=Path, nargs="?", metavar="CONFIG.yaml", help="e.g. configs/train/stage1_coe.yaml")
+    p.add_argument("--system", choices=SYSTEMS, default="empatheia",
+                   help="pipeline: the pipeline baseline's language core (configs/train/pipeline_text.yaml)")
     add_set_argument(p, "override a stage config key by its dotted name, e.g. optim.learning_rate=1e-4")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
     p.set_defaults(run=train)
+
+    p = commands.add_parser("variants", help="build what the field's other systems read (docs/variants.md)").add_subparsers(
+        dest="variants_command", required=True)
+    p = p.add_parser("styles", help="measure an emotion -> style table on a preset's generators (or on real clips)")
+    p.add_argument("--preset", default="small", help="whose generators measure the styles")
+    p.add_argument("--out", type=Path, required=True, metavar="TABLE.json")
+    p.add_argument("--speech-clips", type=Path, metavar="DIR",
+                   help="real emotional speech (*.wav, the emotion in the file name): E3RG's bank instead of the "
+                        "generators' own table")
+    p.add_argument("--faces", type=Path, metavar="DIR", help="real face clips (MEAD names), with --speech-clips")
+    p.add_argument("--fallback", type=Path, metavar="TABLE.json",
+                   help="with clips: the table whose rows stand in for classes no clip shows (default: measured now)")
+    add_set_argument(p, "override a key of --preset's model config by its dotted name")
+    p.set_defaults(run=variants_styles)
 
     from .evaluation.cli import add_eval_parsers
 

@@ -50,6 +50,48 @@ def load_model(args: argparse.Namespace) -> "Empatheia":
     return model
 
 
+def load_system(args: argparse.Namespace):
+    """The system of ``--system`` (default ``empatheia``: :func:`load_model`'s model), built
+    from the same ``--preset``/``--checkpoint``, ``--set``, ``--dtype`` and ``--device``:
+    ``pipeline`` (the paper's pipeline baseline) or ``e3rg`` (training-free E3RG over the
+    trained model), with ``--styles`` and ``--memory`` where given. See docs/variants.md."""
+    name = getattr(args, "system", None) or "empatheia"
+    if name == "empatheia":
+        return load_model(args)
+    import torch
+
+    from .variants.build import build_e3rg, build_pipeline
+
+    try:
+        if name == "pipeline":
+            progress(f"building the pipeline baseline ({args.checkpoint or args.preset})")
+            return build_pipeline(
+                preset=args.preset, checkpoint=args.checkpoint, overrides=model_overrides(args),
+                dtype=getattr(torch, args.dtype) if args.dtype else None, styles=getattr(args, "styles", None),
+                device=args.device, progress=progress,
+            )
+        if name == "e3rg":
+            model = load_model(args)
+            progress("building E3RG over it (emotion readers, bank, memory)")
+            return build_e3rg(model, getattr(args, "styles", None), getattr(args, "memory", None), progress=progress)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        raise SystemExit(f"error: {error}")
+    raise SystemExit(f"error: unknown system {name!r}")
+
+
+def system_arguments(p: argparse.ArgumentParser) -> None:
+    """Which system of the field answers (docs/variants.md)."""
+    from .variants import SYSTEMS
+
+    p.add_argument("--system", choices=SYSTEMS, default="empatheia",
+                   help="empatheia (default), pipeline (the paper's pipeline baseline) or e3rg (training-free E3RG)")
+    p.add_argument("--styles", type=Path, metavar="TABLE.json",
+                   help="pipeline / e3rg: the emotion -> style table (default: the preset's, or measured on the generators)")
+    p.add_argument("--memory", type=Path, metavar="DIR",
+                   help="e3rg: folder of its memory (avatars, users' earlier turns), kept across sessions "
+                        "(default: this process only)")
+
+
 def load_labels(path: Optional[Path]) -> Optional["LabelSets"]:
     """Label sets from a YAML file (``emotions``, ``profile``, ``emotion_fold``), or
     ``None`` without one (whoever reads the data then uses its default: AvaMERG's, or the

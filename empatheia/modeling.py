@@ -3,8 +3,9 @@ Style Disentangler in one ``nn.Module`` (§4), with the four training stages' lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,21 @@ ADDED_OPTIONS = (
 _TRAINED_MODULES = ("speech_projector", "video_projector", "content_synchronizer", "style_disentangler")
 
 
+@dataclass
+class GeneratedText:
+    """What :meth:`Empatheia.generate_text` returns for a batch of ``B`` dialogues."""
+
+    prompts: List[Any]
+    """The encoded prompts (:class:`~empatheia.processing.EncodedExample`)."""
+    media: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
+    """The prompts' projected speech and video features (:meth:`Empatheia.encode_media`)."""
+    sequences: torch.Tensor
+    """``(B, N)`` generated token ids (padded after a row's end)."""
+    texts: List[str]
+    scores: Optional[List[torch.Tensor]] = None
+    """Per generated step, the logits ``(B, V)`` it chose from (``scores=True``)."""
+
+
 class Empatheia(nn.Module):
     """Multimodal empathetic response generation (Empatheia, WWW 2025).
 
@@ -110,7 +126,7 @@ class Empatheia(nn.Module):
         emotions = lm_config.chain_emotions
         self.register_buffer("_chain_emotion_ids", chain_emotion_token_ids(self.tokenizer, emotions) if emotions else None,
                              persistent=False)
-        self.stage: Optional[int] = None
+        self.stage: Optional[Stage] = None
         # Generators and avatars are used by respond, not trained: a plain dict keeps
         # them out of parameters(), state_dict() and .to().
         self._generators: Dict[str, object] = {}
@@ -175,7 +191,7 @@ class Empatheia(nn.Module):
             groups[key].append((name, param))
         return groups
 
-    def set_stage(self, stage: Union[int, Stage]) -> "Empatheia":
+    def set_stage(self, stage: Union[int, str, Stage]) -> "Empatheia":
         """Make exactly the parameters of ``stage`` trainable (its ``trains``, §5): 1 LoRA
         and signal-token rows; 2 the Content Synchronizer; 3 the projectors, the Style
         Disentangler and its classifiers; 4 LoRA, signal-token rows, the projectors and both
@@ -184,7 +200,7 @@ class Empatheia(nn.Module):
         for key, params in self.parameter_groups().items():
             for _, param in params:
                 param.requires_grad_(key in stage.trains)
-        self.stage = stage.number
+        self.stage = stage
         return self
 
     # ================================================================== labels
@@ -339,7 +355,7 @@ class Empatheia(nn.Module):
         return speech, video, chain, has_chain
 
     # ================================================================== training
-    def forward(self, batch: Dict[str, torch.Tensor], stage: Union[int, Stage, None] = None) -> Dict[str, torch.Tensor]:
+    def forward(self, batch: Dict[str, torch.Tensor], stage: Union[int, str, Stage, None] = None) -> Dict[str, torch.Tensor]:
         """Loss of a training stage (§5, :mod:`empatheia.stages`) and each of its terms.
 
         Batch keys beyond the processor's, by stage:
@@ -620,27 +636,57 @@ class Empatheia(nn.Module):
         response.face_style = talking_head.describe_style(response.video_style)
         response.video = talking_head.animate(response.audio, response.video_content, response.video_style, avatar.portrait)
 
-    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
+    def generate_text(
+        self,
+        items: Sequence[Dialogue],
+        mode: PromptMode = PromptMode.FULL,
+        max_new_tokens: Optional[int] = None,
+        do_sample: bool = False,
+        temperature: float = 0.7,
+        top_p: float = 0.9,
+        reserve_signals: bool = True,
+        scores: bool = False,
+    ) -> GeneratedText:
+        """Let the language model write its answer to each dialogue in prompt layout
+        ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
+        signal tokens. With ``scores``, the logits ``(B, V)`` of each generated step are
+        kept too. ``reserve_signals`` keeps room in ``max_length`` for the signal tokens a
+        second pass appends."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
-        device = self.device
-        reserve = max_new_tokens + 2 * lm.num_signal_tokens + 1
-        prompts = [self.processor.encode(d, PromptMode.FULL, reserve=reserve) for d in items]
-        batch = _to(self.processor.collate(prompts, padding_side="left"), device)
+        reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
+        prompts = [self.processor.encode(d, mode, reserve=reserve) for d in items]
+        batch = _to(self.processor.collate(prompts, padding_side="left"), self.device)
         media = self.encode_media(batch)
         embeddings = self.embed_inputs(batch["input_ids"], *media)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
-        generated = self.language_model.generate(
+        output = self.language_model.generate(
             inputs_embeds=embeddings,
             attention_mask=batch["attention_mask"],
             max_new_tokens=max_new_tokens,
             # Stop at the end of the text or where the model starts its signal tokens:
-            # those are appended below rather than decoded one by one.
+            # those are appended by the signal pass rather than decoded one by one.
             eos_token_id=[self.token_ids.eos, self.token_ids.audio_signals[0]],
             pad_token_id=self.token_ids.pad,
+            output_scores=scores,
+            return_dict_in_generate=True,
             **sampling,
         )
-        texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(output.sequences, skip_special_tokens=True)
+        return GeneratedText(prompts, media, output.sequences, texts, list(output.scores) if scores else None)
+
+    def label_predictions(self, logits: torch.Tensor) -> List[Optional[LabelPrediction]]:
+        """Next-token logits ``(B, V)`` as distributions over
+        ``language_model.chain_emotions`` (restricted to the labels' first tokens and
+        renormalised); ``None`` for every row when no labels are configured."""
+        if self._chain_emotion_ids is None:
+            return [None] * logits.shape[0]
+        return _predictions(logits[:, self._chain_emotion_ids], self.config.language_model.chain_emotions)
+
+    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
+        device = self.device
+        written = self.generate_text(items, PromptMode.FULL, max_new_tokens, do_sample, temperature, top_p)
+        prompts, media, texts = written.prompts, written.media, written.texts
         parsed = [parse_chain(text) for text in texts]
 
         full = [
@@ -690,7 +736,7 @@ class Empatheia(nn.Module):
         if self._chain_emotion_ids is None or not any(rows):
             return [None] * len(rows)
         logits = self.language_model.get_output_embeddings()(hidden[slot])  # (R, V), R = rows with the step
-        predictions = iter(_predictions(logits[:, self._chain_emotion_ids], self.config.language_model.chain_emotions))
+        predictions = iter(self.label_predictions(logits))
         return [next(predictions) if has_step else None for has_step in rows]
 
     def _package(self, items, texts, parsed, content: ContentOutput, style: StyleOutput,

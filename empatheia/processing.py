@@ -18,11 +18,13 @@ from .language_model import SpecialTokenIds, audio_signal_tokens, video_signal_t
 from .media import frames_to_clip_input, load_audio, load_video_frames, prepare_waveform, sample_frames
 from .prompts import (
     CHAIN_STEPS,
-    SYSTEM_PROMPT,
+    META_EMOTION,
     ChainOfEmpathy,
     PromptMode,
     chain_text,
     context_lines,
+    meta_text,
+    system_prompt,
     user_message,
 )
 from .stages import Stage, get_stage
@@ -43,12 +45,16 @@ class MediaLookup(Protocol):
 @dataclass
 class Target:
     """What follows the prompt. ``chain`` and ``response`` are used in TEXT and FULL
-    modes; ``signals`` appends the ``<AUDi>``/``<VIDi>`` tokens; ``eos`` ends the text."""
+    modes; ``emotion``, ``profile`` and ``response`` in PIPELINE mode (the meta-response,
+    :func:`~empatheia.prompts.meta_text`); ``signals`` appends the ``<AUDi>``/``<VIDi>``
+    tokens; ``eos`` ends the text."""
 
     response: Optional[str] = None
     chain: Optional[ChainOfEmpathy] = None
     signals: bool = False
     eos: bool = True
+    emotion: Optional[str] = None
+    profile: Optional[Dict[str, str]] = None
 
     @classmethod
     def for_mode(cls, dialogue: Dialogue, mode: PromptMode) -> "Target":
@@ -57,6 +63,10 @@ class Target:
             return cls(signals=True)
         if not dialogue.response:
             raise ValueError(f"dialogue {dialogue.id}: has no gold response to train on")
+        if mode is PromptMode.PIPELINE:
+            # The speaker's emotion as the data names it and the listener's profile where
+            # the data has one: what the pipeline's generators are then driven by.
+            return cls(response=dialogue.response, emotion=dialogue.emotion, profile=dialogue.listener_profile)
         # The signal tokens close every target, the text layout's included: stage 1 is where
         # the language core learns to emit them (their rows train there), so stage 4 does
         # not meet 32 unseen tokens whose loss would swamp the chain and reply (measured on
@@ -119,12 +129,13 @@ class EmpatheiaProcessor:
     def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0) -> str:
         user = user_message(context_lines(dialogue.turns[first_turn:], mode), mode)
         layout = self.config.language_model.prompt_format
+        system = system_prompt(mode)
         if layout == "vicuna":
-            return f"{SYSTEM_PROMPT} USER: {user} ASSISTANT:"
+            return f"{system} USER: {user} ASSISTANT:"
         if layout == "plain":
-            return f"{SYSTEM_PROMPT}\n\n{user}\n\nReply:\n"
+            return f"{system}\n\n{user}\n\nReply:\n"
         if layout == "chat_template":
-            messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+            messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         raise ValueError(f"unknown language_model.prompt_format {layout!r} (vicuna, chat_template, plain)")
 
@@ -141,11 +152,16 @@ class EmpatheiaProcessor:
         """Token ids of the target, with masks of the response's tokens and of the
         emotion slot (see :attr:`EncodedExample.emotion_slot`)."""
         text, start, end, emotion_at = "", 0, 0, -1
-        if mode is not PromptMode.STYLE:
+        if mode is PromptMode.PIPELINE:
+            text = meta_text(target.emotion, target.profile)
+            if target.emotion:
+                emotion_at = len(META_EMOTION) + 1
+        elif mode is not PromptMode.STYLE:
             text = chain_text(target.chain)
             if target.chain is not None and target.chain.speaker_emotion:
                 marker = f"{_EMOTION_STEP}:"
                 emotion_at = text.find(marker) + len(marker)
+        if mode is not PromptMode.STYLE:
             start = len(text)
             text += (target.response or "").strip()
             end = len(text)
@@ -208,7 +224,7 @@ class EmpatheiaProcessor:
                 record=dialogue.id,
                 field="response",
             )
-        use_media = load_media and mode is not PromptMode.TEXT
+        use_media = load_media and mode.reads_media
         audio, video = [], []
         for index in range(start, len(dialogue.turns)) if use_media else ():
             turn = dialogue.turns[index]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER
 
@@ -33,6 +33,16 @@ FULL_TASK = (
     "Reason through the steps one at a time before replying."
 )
 
+# The pipeline baseline (Appendix E.2) has no Chain of Empathy: its instruction asks for
+# the explicit meta-response that drives the generators, then the reply.
+PIPELINE_SYSTEM_PROMPT = (
+    "You are an empathetic conversational partner. Reply in a way that makes the user feel heard and supported."
+)
+PIPELINE_TASK = (
+    "Give an empathetic reply to the dialogue below. First write the speaker's emotion and, "
+    "when you know it, your own profile; then the reply."
+)
+
 
 class PromptMode(str, Enum):
     """Which input layout of Appendix D.1 a prompt uses."""
@@ -43,6 +53,17 @@ class PromptMode(str, Enum):
     """Stage 3: each turn is only its ``<Aud> <Vid>`` placeholders, signal-token target."""
     FULL = "full"
     """Stage 4 and inference: texts with placeholders, chain + response + signal tokens."""
+    PIPELINE = "pipeline"
+    """The pipeline baseline (Appendix E.2): turn texts only, a meta-response target (the
+    emotion and profile written out, then the response), no chain, no signal tokens."""
+
+    @property
+    def reads_text(self) -> bool:
+        return self is not PromptMode.STYLE
+
+    @property
+    def reads_media(self) -> bool:
+        return self in (PromptMode.STYLE, PromptMode.FULL)
 
 
 @dataclass
@@ -136,8 +157,7 @@ def context_lines(turns: Sequence[TurnLike], mode: PromptMode) -> List[str]:
     """One line per turn. In TEXT mode media are left out; in STYLE mode the text is."""
     lines = []
     for turn in turns:
-        use_text = mode is not PromptMode.STYLE
-        use_media = mode is not PromptMode.TEXT
+        use_text, use_media = mode.reads_text, mode.reads_media
         lines.append(
             turn_line(
                 turn.role,
@@ -150,5 +170,64 @@ def context_lines(turns: Sequence[TurnLike], mode: PromptMode) -> List[str]:
 
 
 def user_message(lines: List[str], mode: PromptMode) -> str:
-    task = {PromptMode.TEXT: TEXT_TASK, PromptMode.STYLE: STYLE_TASK, PromptMode.FULL: FULL_TASK}[mode]
+    task = {PromptMode.TEXT: TEXT_TASK, PromptMode.STYLE: STYLE_TASK, PromptMode.FULL: FULL_TASK,
+            PromptMode.PIPELINE: PIPELINE_TASK}[mode]
     return f"{task}\n\nDialogue context:\n" + "\n".join(lines)
+
+
+def system_prompt(mode: PromptMode) -> str:
+    return PIPELINE_SYSTEM_PROMPT if mode is PromptMode.PIPELINE else SYSTEM_PROMPT
+
+
+# ---------------------------------------------------------------- meta-response (E.2)
+META_EMOTION, META_PROFILE, META_RESPONSE = "Emotion", "Profile", "Response"
+
+
+@dataclass
+class MetaResponse:
+    """What the pipeline baseline writes: the speaker's emotion and the listener's profile
+    explicitly, then the response. ``parsed`` is False when the text had no response line
+    (then ``response`` is the whole text)."""
+
+    emotion: Optional[str]
+    profile: Dict[str, str]
+    response: str
+    parsed: bool = True
+
+
+def meta_text(emotion: Optional[str], profile: Optional[Dict[str, str]]) -> str:
+    """The target text up to the response: ``Emotion: sad``, ``Profile: age=adult,
+    gender=female`` (only the attributes given; no line without any), ``Response: ``."""
+    lines = []
+    if emotion:
+        lines.append(f"{META_EMOTION}: {emotion.strip()}")
+    if profile:
+        lines.append(f"{META_PROFILE}: " + ", ".join(f"{k}={v}" for k, v in sorted(profile.items())))
+    return "\n".join(lines + [f"{META_RESPONSE}: "])
+
+
+_META_PATTERN = re.compile(
+    r"(?:^|\n)\s*(" + "|".join((META_EMOTION, META_PROFILE, META_RESPONSE)) + r")\s*:", re.IGNORECASE
+)
+
+
+def parse_meta(text: str) -> MetaResponse:
+    """Split a generated meta-response into its emotion, profile and response. A profile
+    item without ``=`` is ignored; nothing else is."""
+    matches = list(_META_PATTERN.finditer(text))
+    values: Dict[str, str] = {}
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(text)
+        values.setdefault(match.group(1).lower(), text[match.end() : end].strip())
+    profile = {}
+    for item in values.get(META_PROFILE.lower(), "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip() and value.strip():
+            profile[key.strip()] = value.strip()
+    emotion = values.get(META_EMOTION.lower()) or None
+    if emotion:
+        emotion = emotion.splitlines()[0].strip().rstrip(".").lower() or None
+    response = values.get(META_RESPONSE.lower())
+    if not response:
+        return MetaResponse(emotion, profile, text.strip(), parsed=False)
+    return MetaResponse(emotion, profile, response)

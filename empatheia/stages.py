@@ -134,7 +134,7 @@ class Stage:
     @property
     def reads_media(self) -> bool:
         """Whether its prompts carry the turns' speech and video (every example needs some)."""
-        return self.layout is not PromptMode.TEXT
+        return self.layout.reads_media
 
     @property
     def mixes_text_and_media(self) -> bool:
@@ -157,8 +157,8 @@ class Stage:
 
     @property
     def starts_from_preset(self) -> bool:
-        """Stage 1 starts from the preset's pretrained parts; every later stage from a
-        trained model (the previous stage's output)."""
+        """A first stage (1, or a variant's only stage) starts from the preset's pretrained
+        parts; every later stage from a trained model (the previous stage's output)."""
         return self.number == 1
 
 
@@ -182,12 +182,27 @@ STAGES: Dict[int, Stage] = {
 }
 
 
-def get_stage(number: Union[int, Stage]) -> Stage:
-    """The stage numbered ``number`` (a :class:`Stage` is returned as it is); a
-    ``ValueError`` names the valid numbers otherwise."""
+VARIANT_STAGES: Dict[str, Stage] = {
+    stage.name: stage
+    for stage in (
+        # The pipeline baseline (Appendix E.2): the same language core learns, from text,
+        # to write the speaker's emotion and the listener's profile explicitly, then the
+        # reply; no chain, no signal tokens, no heads. It is the pipeline's only stage. A
+        # preset's emotion term (at the written emotion) applies as in stage 1, so the two
+        # systems differ in what they are, not in how the emotion token is weighted.
+        Stage(1, "pipeline_text", "pipeline baseline text tuning (Appendix E.2)", ("lora",), PromptMode.PIPELINE, (EMP,),
+              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION)),
+    )
+}
+"""Stages of the field's other systems (docs/variants.md), by name."""
+
+
+def get_stage(number: Union[int, str, Stage]) -> Stage:
+    """The stage numbered ``number`` of the curriculum, or a variant's stage by name (a
+    :class:`Stage` is returned as it is); a ``ValueError`` names the valid ones otherwise."""
     if isinstance(number, Stage):
         return number
     try:
-        return STAGES[number]
+        return VARIANT_STAGES[number] if isinstance(number, str) else STAGES[number]
     except (KeyError, TypeError):
-        raise ValueError(f"stage must be one of {list(STAGES)}, got {number!r}") from None
+        raise ValueError(f"stage must be one of {list(STAGES) + list(VARIANT_STAGES)}, got {number!r}") from None

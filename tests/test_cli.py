@@ -62,7 +62,8 @@ def test_module_entry_point_runs(tmp_path):
 
 
 def test_set_overrides_the_model_config(tmp_path, model):
-    from empatheia.cli import build_parser, load_model
+    from empatheia.cli import build_parser
+    from empatheia.loading import load_model
 
     model.save_pretrained(tmp_path / "ckpt")
     for source in (["--preset", "tiny"], ["--checkpoint", str(tmp_path / "ckpt")]):

@@ -87,13 +87,22 @@ class BagOfWordsEmotion:
         self._weights = weights.detach()
         return self
 
-    def predict(self, texts: Sequence[str]) -> List[str]:
+    def _scores(self, texts: Sequence[str]) -> torch.Tensor:
+        """``(N, C)`` logits over :attr:`labels`."""
         if self._weights is None:
             raise RuntimeError("fit the classifier first")
         if not texts:
-            return []
-        scores = self._features(texts) @ self._weights
+            return torch.zeros(0, len(self.labels))
+        return self._features(texts) @ self._weights
+
+    def predict(self, texts: Sequence[str]) -> List[str]:
+        scores = self._scores(texts)
         return [self.labels[i] for i in scores.argmax(1).tolist()]
+
+    def predict_proba(self, texts: Sequence[str]) -> torch.Tensor:
+        """``(N, C)`` probabilities over :attr:`labels` (softmax of the logits; its argmax
+        is what :meth:`predict` returns)."""
+        return torch.softmax(self._scores(texts), dim=1)
 
 
 @dataclass(frozen=True)

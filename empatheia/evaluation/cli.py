@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..config_loader import add_set_argument
-from ..loading import load_labels, load_model, model_overrides, progress
+from ..loading import load_labels, load_system, model_overrides, progress, system_arguments
 
 
 def _check_mode(args: argparse.Namespace) -> str:
@@ -93,12 +93,17 @@ def run_eval(args: argparse.Namespace) -> int:
             metrics = score_files(args.predictions, args.references, scoring)
             write_metrics(metrics, args.out)
         else:
-            model = load_model(args)
+            if args.system == "e3rg" and args.memory is None:
+                # The run's own memory, so a resumed run remembers what the stopped one saw.
+                args.memory = Path(args.out) / "e3rg_memory"
+            model = load_system(args)
             run = RunOptions(
                 batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens, speak=args.speak,
                 animate=args.animate, progress=not args.no_progress,
                 info={
                     "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
+                    # Only when not Empatheia itself, so earlier runs still resume.
+                    **({"system": args.system} if args.system != "empatheia" else {}),
                     "data": str(Path(args.data).resolve()),
                     "format": args.format,
                     "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
@@ -243,6 +248,7 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     model.add_argument("--animate", action="store_true",
                        help="also speak and animate each response: DIR/media/<id>.wav and .mp4 ('audio', 'video', 'avatar')")
     model.add_argument("--no-progress", action="store_true", help="no progress bars")
+    system_arguments(model)
     p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
     p.add_argument("--similarity", action="store_true",
                    help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")

