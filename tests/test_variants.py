@@ -251,3 +251,46 @@ def test_respond_command_runs_each_system(tmp_path, capsys):
         record = json.loads((out / "response.json").read_text())
         assert record["emotion"]["label"] in EMOTION_LABELS
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["emotion"] in EMOTION_LABELS
+
+
+@pytest.mark.parametrize("system_name", ["pipeline", "e3rg"])
+def test_serve_answers_a_turn_with_each_system(system_name, tiny_pipeline, tmp_path):
+    from .conftest import wav_bytes
+    from .serve_helpers import Server, mp4_bytes
+
+    system = tiny_pipeline if system_name == "pipeline" else _e3rg(
+        Empatheia.from_preset("tiny"), [FixedReader("text", {"happy": 1.0})], memory=tmp_path / "memory",
+        weights={"chain": 0.0, "text": 1.0})
+    server = Server(system, root=tmp_path / "sessions", max_new_tokens=6)
+    try:
+        reply = server.post("/api/turns", {"text": "I got the job!"},
+                            files={"audio": ("voice.wav", wav_bytes(1.0)), "video": ("face.mp4", mp4_bytes(tmp_path))})
+        assert reply.status == 200, reply.body
+        turn = reply.json()
+        assert turn["stage"] == "done" and turn["emotion"]["label"] in EMOTION_LABELS
+        assert server.get(turn["audio_url"]).status == 200 and server.get(turn["video_url"]).body[4:8] == b"ftyp"
+        if system_name == "e3rg":
+            assert turn["emotion"]["label"] == "happy"  # the vote, not the Style Disentangler
+    finally:
+        server.stop()
+
+
+def test_bank_takes_real_clips_where_they_read_as_their_class(model):
+    from empatheia.variants.styles import measure_clip_styles
+
+    speech, head = model.generators()
+    faces = shared_data("media/mead_faces/video")
+    fallback = pipeline_styles(model)
+    bank = measure_clip_styles(
+        speech, head,
+        {"sad": [shared_data("media/speech/sad.wav")]},
+        {"happy": sorted(faces.glob("*_happy_*.mp4")), "contempt": sorted(faces.glob("*_contempt_*.mp4"))},
+        fallback,
+    )
+    assert bank.sources["sad"]["speech"] == "real clips (relative to their mean): sad.wav"
+    assert bank.sources["happy"]["video"].startswith("real clips (read by FER)")
+    assert not torch.equal(bank.video["happy"], fallback.video["happy"])
+    # FER reads these contempt clips as another emotion: the generators' row stands in.
+    assert bank.sources["contempt"]["video"].startswith("FER reads its clips as")
+    assert torch.equal(bank.video["contempt"], fallback.video["contempt"])
+    assert torch.equal(bank.speech["fear"], fallback.speech["fear"]) and "no real clip" in bank.sources["fear"]["speech"]

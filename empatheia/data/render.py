@@ -166,12 +166,22 @@ def video_style(emotion: str, intensity: float, style_dim: int) -> torch.Tensor:
     """``(style_dim,)`` S^v request (empatheia.generators.avatar_renderer layout): the emotion at
     ``intensity``, and its gaze and head motion (:data:`EMOTION_GAZE`) blended from the
     neutral ones by ``intensity``, where ``style_dim`` holds them."""
+    return mixed_video_style({emotion: 1.0}, intensity, style_dim)
+
+
+def mixed_video_style(mix: Dict[str, float], intensity: float, style_dim: int) -> torch.Tensor:
+    """:func:`video_style` of a blend of emotions: ``mix`` (class -> weight, summing to 1)
+    as the renderer's emotion mix, and gaze and head motion blended by the same weights."""
     from empatheia.generators.avatar_renderer import EMOTIONS, GAZE_X
 
     style = torch.zeros(style_dim)
-    style[EMOTIONS.index(emotion)] = 1.0
+    blended = [0.0, 0.0, 0.0]
+    for emotion, weight in mix.items():
+        style[EMOTIONS.index(emotion)] = weight
+        for k, value in enumerate(EMOTION_GAZE[emotion]):
+            blended[k] += weight * value
     style[len(EMOTIONS)] = intensity
-    gaze_x, gaze_y, motion = EMOTION_GAZE[emotion]
+    gaze_x, gaze_y, motion = blended
     wanted = (intensity * gaze_x, intensity * gaze_y, NEUTRAL_HEAD_MOTION + intensity * (motion - NEUTRAL_HEAD_MOTION))
     for offset, value in enumerate(wanted):
         if GAZE_X + offset < style_dim:

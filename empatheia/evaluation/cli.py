@@ -1,4 +1,4 @@
-"""Command line of the evaluation: ``empatheia eval`` and ``empatheia human``.
+"""Command line of the evaluation: ``empatheia eval``, ``empatheia compare`` and ``empatheia human``.
 
 Hook it into the main parser with one call::
 
@@ -27,6 +27,10 @@ status; errors are ``SystemExit("error: ...")``):
   ``consistency`` (text-video emotion, text-speech content) blocks of
   :mod:`empatheia.evaluation.multimodal`. It loads Whisper, the FER network and
   MobileNetV2, hence opt-in.
+* ``empatheia compare --systems empatheia pipeline e3rg (--checkpoint DIR | --preset NAME)
+  --data FILE --out DIR`` with the model-run options above: each system in turn, as
+  ``eval --system S --out DIR/S`` (resumable), then ``DIR/comparison.json``, ``.md`` and
+  ``.html`` (:mod:`empatheia.evaluation.compare`).
 * ``empatheia human export --data FILE --predictions [NAME=]P ... --out KIT [--n 200]
   [--annotators 3|a,b,c] [--seed 0] [--criteria auto|text|multimodal|all]
   [--include-gold]``: rating sheets (``KIT/sheets/<annotator>.csv``), ``KIT/key.csv`` and
@@ -40,10 +44,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from ..config_loader import add_set_argument
 from ..loading import load_labels, load_system, model_overrides, progress, system_arguments
+
+if TYPE_CHECKING:
+    from .model_runs import RunSummary
+    from .scoring import ScoreOptions
 
 
 def _check_mode(args: argparse.Namespace) -> str:
@@ -63,59 +71,81 @@ def _check_mode(args: argparse.Namespace) -> str:
         return "files"
     if not model:
         raise SystemExit("error: give --predictions P --references R, or --checkpoint DIR / --preset NAME with --data FILE")
-    if args.data is None:
-        raise SystemExit("error: --checkpoint/--preset needs --data FILE")
     if args.allow_missing:
         raise SystemExit("error: --allow-missing only applies to scoring files (a model run predicts every example)")
+    check_run_arguments(args)
+    return "model"
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """The checks of a model run's options (``eval`` with a model, ``compare``)."""
+    if args.data is None:
+        raise SystemExit("error: --checkpoint/--preset needs --data FILE")
     for name in ("batch_size", "limit", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
     if args.multimodal and not (args.speak or args.animate):
         raise SystemExit("error: --multimodal scores the responses' speech and video: add --speak or --animate")
-    return "model"
+
+
+def score_options(args: argparse.Namespace) -> "ScoreOptions":
+    """The :class:`~empatheia.evaluation.scoring.ScoreOptions` of the scoring options."""
+    from .scoring import ScoreOptions
+
+    return ScoreOptions(
+        allow_missing=getattr(args, "allow_missing", False), labels=load_labels(args.labels), similarity=args.similarity,
+        polarity=args.polarity, multimodal=args.multimodal, progress=not args.no_progress,
+    )
+
+
+def evaluate_system(args: argparse.Namespace, scoring: "ScoreOptions") -> Tuple[Dict[str, Any], "RunSummary"]:
+    """Load ``args.system`` and run it over ``--data`` into ``--out``, resumably
+    (:func:`~empatheia.evaluation.model_runs.evaluate_dataset`): ``(metrics, summary)``.
+    Nothing outside keeps the model, so it is freed once this returns. Errors of the data
+    or of an earlier run in the folder propagate; a system that cannot be built is
+    :func:`~empatheia.loading.load_system`'s ``SystemExit``."""
+    from .model_runs import RunOptions, evaluate_dataset
+
+    if args.system == "e3rg" and args.memory is None:
+        # The run's own memory, so a resumed run remembers what the stopped one saw.
+        args.memory = Path(args.out) / "e3rg_memory"
+    model = load_system(args)
+    run = RunOptions(
+        batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens, speak=args.speak,
+        animate=args.animate, progress=not args.no_progress,
+        info={
+            "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
+            # Only when not Empatheia itself, so earlier runs still resume.
+            **({"system": args.system} if args.system != "empatheia" else {}),
+            "data": str(Path(args.data).resolve()),
+            "format": args.format,
+            "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
+            "labels": str(Path(args.labels).resolve()) if args.labels else None,
+            "dtype": args.dtype,
+            # Only when given, so runs from before --set existed still resume.
+            **({"overrides": model_overrides(args)} if args.set else {}),
+        },
+    )
+    return evaluate_dataset(model, args.data, args.out, run, scoring, format=args.format, media_root=args.media_root,
+                            limit=args.limit)
 
 
 def run_eval(args: argparse.Namespace) -> int:
     """``empatheia eval``: score files, or run a model over a dataset and score it."""
     from ..errors import DataError
-    from .model_runs import RunMismatchError, RunOptions, evaluate_dataset
+    from .model_runs import RunMismatchError
     from .report import REPORT_HTML, REPORT_MD, write_report
-    from .scoring import METRICS_NAME, ScoreOptions, score_files, write_metrics
+    from .scoring import METRICS_NAME, score_files, write_metrics
 
     mode = _check_mode(args)
-    scoring = ScoreOptions(
-        allow_missing=args.allow_missing, labels=load_labels(args.labels), similarity=args.similarity,
-        polarity=args.polarity, multimodal=args.multimodal, progress=not args.no_progress,
-    )
+    scoring = score_options(args)
     try:
         if mode == "files":
             metrics = score_files(args.predictions, args.references, scoring)
             write_metrics(metrics, args.out)
         else:
-            if args.system == "e3rg" and args.memory is None:
-                # The run's own memory, so a resumed run remembers what the stopped one saw.
-                args.memory = Path(args.out) / "e3rg_memory"
-            model = load_system(args)
-            run = RunOptions(
-                batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens, speak=args.speak,
-                animate=args.animate, progress=not args.no_progress,
-                info={
-                    "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
-                    # Only when not Empatheia itself, so earlier runs still resume.
-                    **({"system": args.system} if args.system != "empatheia" else {}),
-                    "data": str(Path(args.data).resolve()),
-                    "format": args.format,
-                    "media_root": str(Path(args.media_root).resolve()) if args.media_root else None,
-                    "labels": str(Path(args.labels).resolve()) if args.labels else None,
-                    "dtype": args.dtype,
-                    # Only when given, so runs from before --set existed still resume.
-                    **({"overrides": model_overrides(args)} if args.set else {}),
-                },
-            )
-            metrics, summary = evaluate_dataset(
-                model, args.data, args.out, run, scoring, format=args.format, media_root=args.media_root, limit=args.limit,
-            )
+            metrics, summary = evaluate_system(args, scoring)
             progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
         written = write_report(metrics, args.out)
     except (DataError, RunMismatchError, ImportError, FileNotFoundError) as error:
@@ -134,6 +164,8 @@ def run_eval(args: argparse.Namespace) -> int:
                        ("video", "identity_consistency_mean"), ("video", "ssim_mean"), ("video", "style_cosine_mean")):
         if key in (metrics.get(block) or {}):
             summary_line[f"{block}_{key}"] = metrics[block][key]
+    if "latency" in metrics:
+        summary_line["seconds_per_answer"] = metrics["latency"]["seconds_mean"]
     summary_line.update(metrics=str(out / METRICS_NAME), report=str(written[REPORT_HTML]), markdown=str(written[REPORT_MD]))
     print(json.dumps(summary_line))
     return 0
@@ -211,9 +243,84 @@ def run_human_aggregate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_compare(args: argparse.Namespace) -> int:
+    """``empatheia compare``: each system run as ``eval --system S --out DIR/S`` does, then
+    the comparison files."""
+    from .compare import SystemRunError, check_systems, compare_systems
+    from .report import write_report
+
+    try:
+        systems = check_systems(args.systems)
+    except ValueError as error:
+        raise SystemExit(f"error: --systems: {error}")
+    check_run_arguments(args)
+    scoring = score_options(args)
+    fine_labels = load_labels(args.fine_labels)
+
+    def run_system(system: str, folder: Path):
+        progress(f"{system}: into {folder}")
+        metrics, summary = evaluate_system(argparse.Namespace(**{**vars(args), "system": system, "out": folder}), scoring)
+        write_report(metrics, folder)
+        progress(f"{system}: {summary.selected} example(s), {summary.resumed} predicted by an earlier run, "
+                 f"{summary.generated} now")
+        return metrics, summary
+
+    settings = {
+        "data": str(args.data),
+        "model": f"checkpoint:{args.checkpoint}" if args.checkpoint else f"preset:{args.preset}",
+        "limit": args.limit, "batch_size": args.batch_size or 8, "max_new_tokens": args.max_new_tokens,
+        "speak": bool(args.speak or args.animate), "animate": bool(args.animate), "multimodal": bool(args.multimodal),
+        "labels": str(args.labels) if args.labels else None, "device": args.device, "dtype": args.dtype,
+    }
+    try:
+        _, written = compare_systems(systems, run_system, args.out, settings, fine_labels,
+                                     str(args.fine_labels) if args.fine_labels else None)
+    except SystemRunError as error:
+        raise SystemExit(f"error: {error}")
+    print(json.dumps({"systems": systems, **{name: str(path) for name, path in written.items()}}))
+    return 0
+
+
+def _run_arguments(group, source_required: bool) -> None:
+    """The options of answering a dataset with a model (``eval``, ``compare``)."""
+    from ..data.readers import FORMATS
+
+    source = group.add_mutually_exclusive_group(required=source_required)
+    source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
+    source.add_argument("--preset", help="build a preset instead (tiny: random weights, for trying things)")
+    add_set_argument(group, "override a key of the model's config by its dotted name, e.g. language_model.pretrained=/models/vicuna")
+    group.add_argument("--data", type=Path, help="the dataset to answer (AvaMERG JSON, EmpatheticDialogues or avatar JSONL)")
+    group.add_argument("--format", default="auto", choices=["auto", *FORMATS])
+    group.add_argument("--media-root", type=Path, help="folder of the media files")
+    group.add_argument("--batch-size", type=int, default=None, help="dialogues per respond call (default 8)")
+    group.add_argument("--limit", type=int, help="answer only the first N examples")
+    group.add_argument("--max-new-tokens", type=int, default=None)
+    group.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
+    group.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
+    group.add_argument("--speak", action="store_true",
+                       help="also speak each response: DIR/media/<id>.wav, named by its prediction's 'audio'")
+    group.add_argument("--animate", action="store_true",
+                       help="also speak and animate each response: DIR/media/<id>.wav and .mp4 ('audio', 'video', 'avatar')")
+    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _scoring_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
+    p.add_argument("--similarity", action="store_true",
+                   help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")
+    p.add_argument("--polarity", action="store_true",
+                   help="also the emotion/sentiment/empathy polarity (references need 'history')")
+    p.add_argument("--multimodal", action="store_true",
+                   help="also score the predictions' 'audio'/'video' files (relative to the predictions file's folder): "
+                        "speech (Whisper tiny.en WER/CER against the response text, duration, loudness), video (CPBD, "
+                        "lip sync, FER facial-emotion accuracy against the gold emotion, identity consistency per "
+                        "'avatar', SSIM against the references' 'video' clips), requested-vs-realised style agreement "
+                        "and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
+
+
 def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
-    """Add ``eval`` and ``human`` (``export``, ``aggregate``) to a parser's subcommands;
-    each sets ``run``."""
+    """Add ``eval``, ``compare`` and ``human`` (``export``, ``aggregate``) to a parser's
+    subcommands; each sets ``run``."""
     from ..data.readers import FORMATS
 
     p = subparsers.add_parser(
@@ -231,37 +338,35 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     files.add_argument("--allow-missing", action="store_true",
                        help="score the ids in both files and list the others (default: an error)")
     model = p.add_argument_group("running a model")
-    source = model.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
-    source.add_argument("--preset", help="build a preset instead (tiny: random weights, for trying things)")
-    add_set_argument(model, "override a key of the model's config by its dotted name, e.g. language_model.pretrained=/models/vicuna")
-    model.add_argument("--data", type=Path, help="the dataset to answer (AvaMERG JSON, EmpatheticDialogues or avatar JSONL)")
-    model.add_argument("--format", default="auto", choices=["auto", *FORMATS])
-    model.add_argument("--media-root", type=Path, help="folder of the media files")
-    model.add_argument("--batch-size", type=int, default=None, help="dialogues per respond call (default 8)")
-    model.add_argument("--limit", type=int, help="answer only the first N examples")
-    model.add_argument("--max-new-tokens", type=int, default=None)
-    model.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
-    model.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
-    model.add_argument("--speak", action="store_true",
-                       help="also speak each response: DIR/media/<id>.wav, named by its prediction's 'audio'")
-    model.add_argument("--animate", action="store_true",
-                       help="also speak and animate each response: DIR/media/<id>.wav and .mp4 ('audio', 'video', 'avatar')")
-    model.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _run_arguments(model, source_required=False)
     system_arguments(model)
-    p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
-    p.add_argument("--similarity", action="store_true",
-                   help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")
-    p.add_argument("--polarity", action="store_true",
-                   help="also the emotion/sentiment/empathy polarity (references need 'history')")
-    p.add_argument("--multimodal", action="store_true",
-                   help="also score the predictions' 'audio'/'video' files (relative to the predictions file's folder): "
-                        "speech (Whisper tiny.en WER/CER against the response text, duration, loudness), video (CPBD, "
-                        "lip sync, FER facial-emotion accuracy against the gold emotion, identity consistency per "
-                        "'avatar', SSIM against the references' 'video' clips), requested-vs-realised style agreement "
-                        "and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
+    _scoring_arguments(p)
     p.add_argument("--out", type=Path, required=True, help="output folder (rerun with the same one to resume)")
     p.set_defaults(run=run_eval)
+
+    from ..variants import SYSTEMS
+
+    p = subparsers.add_parser(
+        "compare",
+        help="run several systems over one dataset as eval does, and compare them (comparison.json/.md/.html)",
+        description="Run each of --systems in turn over --data exactly as 'empatheia eval --system S' does, into "
+        "--out/<system>/ (resumable), then write --out/comparison.json, comparison.md and comparison.html: one row "
+        "per system, one bar chart per metric.",
+    )
+    model = p.add_argument_group("running the systems")
+    _run_arguments(model, source_required=True)
+    model.add_argument("--systems", nargs="+", default=list(SYSTEMS), metavar="SYSTEM",
+                       help=f"the systems to compare, in this order (default: all of {', '.join(SYSTEMS)})")
+    model.add_argument("--styles", type=Path, metavar="TABLE.json",
+                       help="pipeline / e3rg: the emotion -> style table (default: the preset's, or measured on the generators)")
+    model.add_argument("--memory", type=Path, metavar="DIR",
+                       help="e3rg: folder of its memory (default: --out/e3rg/e3rg_memory, kept for resuming)")
+    _scoring_arguments(p)
+    p.add_argument("--fine-labels", type=Path, metavar="YAML",
+                   help="label sets the chain's emotion is also scored under, e.g. configs/labels/ed32.yaml (default: "
+                        "the labels the references name, compared as written: ED's 32 on EmpatheticDialogues)")
+    p.add_argument("--out", type=Path, required=True, help="output folder: one folder per system (rerun to resume)")
+    p.set_defaults(run=run_compare)
 
     human = subparsers.add_parser("human", help="human evaluation: export rating sheets, aggregate filled ones").add_subparsers(
         dest="human_command", required=True

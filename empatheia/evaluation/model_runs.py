@@ -16,6 +16,11 @@ model requested (``speech_style``, and ``video_style`` when animating) and those
 model's own generators measure on the files just written (``speech_style_realised``,
 ``video_style_realised``; :func:`response_styles`), for the style agreement of
 ``--multimodal``. Animating implies speaking. Both flags are part of ``run.json``.
+
+Each line also records ``seconds``: the time its batch's ``model.respond`` took (speaking
+and animating included, as they happen inside it), divided by the batch's size; the
+scoring reports their mean and median (``latency``). Comparable only between runs with
+the same batch size, device and settings.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -229,7 +235,8 @@ def run_model(
     ``video`` and ``avatar`` name them, and whose ``speech_style``/``video_style`` and
     ``*_realised`` give the requested styles and those the model's generators measure on
     the written files (:func:`response_styles`, one ``style_features`` call per generator
-    and batch).
+    and batch). Every line's ``seconds`` is its batch's ``respond`` time over the batch's
+    size.
     """
     from tqdm.auto import tqdm
 
@@ -252,14 +259,18 @@ def run_model(
         with open(predictions_path, "a", encoding="utf-8") as handle:
             for start in range(0, len(todo), options.batch_size):
                 batch = list(todo[start : start + options.batch_size])
+                # Only the answering is timed: writing the files and measuring their styles
+                # is the evaluation's work, which a user of the system never waits for.
+                began = time.perf_counter()
                 responses = model.respond(batch, max_new_tokens=options.max_new_tokens, speak=speak, animate=options.animate)
+                seconds = (time.perf_counter() - began) / len(batch)
                 media: List[Optional[Dict[str, str]]] = [None] * len(batch)
                 styles: List[Optional[Dict[str, List[float]]]] = [None] * len(batch)
                 if speak:
                     media = [write_response_media(out_dir, d.id, r) for d, r in zip(batch, responses)]
                     styles = list(response_styles(model.generators(), out_dir, responses, media))
                 handle.write("".join(
-                    json_line(prediction_record(dialogue, response, fields, style))
+                    json_line(prediction_record(dialogue, response, fields, style, seconds))
                     for dialogue, response, fields, style in zip(batch, responses, media, styles)
                 ))
                 handle.flush()

@@ -13,7 +13,8 @@ Predictions (JSONL, one response a line)
     face); ``speech_style`` / ``video_style`` (the style vectors S^s / S^v the model asked
     its generators for) and ``speech_style_realised`` / ``video_style_realised`` (the ones
     the same generators measure on the written audio / video), non-empty lists of finite
-    numbers.
+    numbers; ``seconds`` (how long the system took per answer: its ``respond`` batch's
+    time over the batch's size, a non-negative number).
 References (JSONL, one gold response a line)
     ``id``, ``response`` (the gold response text), ``emotion`` (the gold emotion); optional
     ``emotion_label`` (the dataset's raw label before folding), ``age`` and ``gender``,
@@ -73,6 +74,9 @@ STYLE_FIELDS = ("speech_style", "speech_style_realised", "video_style", "video_s
 STYLE_DIGITS = 6
 """Significant digits a style vector's values keep in a prediction line (float32 holds
 about 7; the agreement metrics do not need more)."""
+SECONDS_DECIMALS = 3
+"""Decimals a prediction's ``seconds`` keeps (a millisecond is finer than the spread
+between runs on a shared machine)."""
 PROFILE_ROLE = "speaker"
 """Whose profile gives a reference's ``age`` and ``gender`` (see the module docstring)."""
 
@@ -91,6 +95,7 @@ PREDICTION_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "speech_style_realised": ((list,), False),
     "video_style": ((list,), False),
     "video_style_realised": ((list,), False),
+    "seconds": ((int, float), False),
 }
 REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "id": ((str,), True),
@@ -153,6 +158,9 @@ def validate_record(record: Any, spec: FieldSpec, file: Optional[PathLike], wher
         for position, value in enumerate(vector):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 raise DataError(f"should be a finite number, got {value!r:.40}", file=file, record=where, field=f"{name}[{position}]")
+    seconds = record.get("seconds") if "seconds" in spec else None
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        raise DataError(f"should be a non-negative number of seconds, got {seconds!r:.40}", file=file, record=where, field="seconds")
     return record
 
 
@@ -309,11 +317,16 @@ def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets
 
 
 def prediction_record(
-    dialogue: "Dialogue", response: Any, media: Optional[Mapping[str, str]] = None, styles: Optional[Mapping[str, Any]] = None
+    dialogue: "Dialogue",
+    response: Any,
+    media: Optional[Mapping[str, str]] = None,
+    styles: Optional[Mapping[str, Any]] = None,
+    seconds: Optional[float] = None,
 ) -> Record:
     """The predictions-file line of one :class:`~empatheia.response.EmpatheticResponse`;
     ``media`` (``audio``, ``video``, ``avatar``) and ``styles`` (requested and realised
-    style vectors, :func:`style_values`) are added as they are."""
+    style vectors, :func:`style_values`) are added as they are, ``seconds`` (the time the
+    system took for this answer) rounded to :data:`SECONDS_DECIMALS` decimals."""
     record: Record = {
         "id": dialogue.id,
         "text": response.text or "",
@@ -325,6 +338,8 @@ def prediction_record(
         record["chain_emotion_probabilities"] = response.chain_emotion.probabilities
     record.update(media or {})
     record.update(styles or {})
+    if seconds is not None:
+        record["seconds"] = round(float(seconds), SECONDS_DECIMALS)
     return record
 
 

@@ -104,10 +104,22 @@ def bar_chart_svg(
     title: str,
     value_title: str = "accuracy",
     bar_width: int = 54,
+    maximum: Optional[float] = None,
 ) -> str:
-    """A bar chart of fractions in [0, 1] as an SVG document. ``bars`` are
-    ``(label, value or None, count)``; a ``None`` value (no example) has no bar and reads
-    "n/a"; each bar shows its value as a percentage and its count below the label."""
+    """A bar chart as an SVG document. ``bars`` are ``(label, value or None, count)``; a
+    ``None`` value (no example) has no bar and reads "n/a"; each bar shows its value and
+    its count below the label.
+
+    Without ``maximum`` the values are fractions in [0, 1], shown as percentages; with it,
+    plain numbers on an axis from 0 to ``maximum`` (seconds, error rates above 1). Values
+    outside the axis are drawn at its end but labelled as they are."""
+    scale = 1.0 if maximum is None else float(maximum)
+    if not scale > 0:
+        raise ValueError(f"maximum must be positive, got {maximum}")
+
+    def shown(value: float, digits: int) -> str:
+        return f"{value:.{max(digits - 2, 0)}%}" if maximum is None else f"{value:.{digits + 1}g}"
+
     plot_height, left, top, gap = 220, 60, 50, 18
     width = max(left + max(1, len(bars)) * (bar_width + gap) + 20, int(len(title) * 8.5) + 40)  # room for the title
     height = top + plot_height + 90
@@ -123,7 +135,7 @@ def bar_chart_svg(
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
         y = base - tick * plot_height
         parts.append(f"<line x1='{left}' y1='{y:.1f}' x2='{width - 10}' y2='{y:.1f}' stroke='#e0e0e0'/>")
-        parts.append(f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{tick:.0%}</text>")
+        parts.append(f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{shown(tick * scale, 2)}</text>")
     parts.append(f"<line x1='{left}' y1='{top}' x2='{left}' y2='{base}' stroke='black'/>")
     parts.append(f"<line x1='{left}' y1='{base}' x2='{width - 10}' y2='{base}' stroke='black'/>")
     for k, (label, value, count) in enumerate(bars):
@@ -132,13 +144,13 @@ def bar_chart_svg(
         if value is None:
             parts.append(f"<text x='{middle:.1f}' y='{base - 6}' text-anchor='middle' fill='#888888'>n/a</text>")
         else:
-            clipped = min(max(value, 0.0), 1.0)
+            clipped = min(max(value / scale, 0.0), 1.0)
             bar_height = clipped * plot_height
             parts.append(
                 f"<rect x='{x:.1f}' y='{base - bar_height:.1f}' width='{bar_width}' height='{bar_height:.1f}' fill='{_BAR_COLOR}'>"
-                f"<title>{_e(label)}: {value:.2%} of {count}</title></rect>"
+                f"<title>{_e(label)}: {shown(value, 4)} of {count}</title></rect>"
             )
-            parts.append(f"<text x='{middle:.1f}' y='{base - bar_height - 5:.1f}' text-anchor='middle'>{value:.1%}</text>")
+            parts.append(f"<text x='{middle:.1f}' y='{base - bar_height - 5:.1f}' text-anchor='middle'>{shown(value, 3)}</text>")
         parts.append(f"<text x='{middle:.1f}' y='{base + 16}' text-anchor='middle'>{_e(label)}</text>")
         parts.append(f"<text x='{middle:.1f}' y='{base + 31}' text-anchor='middle' fill='#666666' font-size='10'>n={count}</text>")
     parts.append("</svg>")
@@ -389,14 +401,40 @@ def _markdown_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> List[str]:
+    """The lines of a Markdown table (cells escaped), without a blank line after it."""
+    lines = ["| " + " | ".join(_markdown_cell(h) for h in header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(_markdown_cell(c) for c in row) + " |" for row in rows]
+
+
+def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """An HTML table, every cell escaped."""
+    return "\n".join(
+        ["<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr></thead><tbody>"]
+        + ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
+        + ["</tbody></table>"]
+    )
+
+
+def html_document(title: str, body: Sequence[str]) -> str:
+    """A self-contained HTML page in the reports' style around ``body`` (HTML fragments)."""
+    style = (
+        "body{font-family:Helvetica,Arial,sans-serif;max-width:960px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:0.5em 0}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}"
+        "th{background:#f3f3f3}.note{color:#555;font-size:0.9em}figure{margin:1em 0}"
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(title)}</title><style>{style}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
 def render_markdown(metrics: Mapping[str, Any], plots: Mapping[str, str], title: str) -> str:
     lines = [f"# {title}", ""]
     for heading, header, rows, plot, notes in _sections(metrics, plots):
         lines += [f"## {heading}", ""]
         if rows:
-            lines.append("| " + " | ".join(header) + " |")
-            lines.append("|" + "|".join("---" for _ in header) + "|")
-            lines += ["| " + " | ".join(_markdown_cell(c) for c in row) + " |" for row in rows]
+            lines += markdown_table(header, rows)
             lines.append("")
         if plot:
             lines += [f"![{heading}]({plot})", ""]
@@ -411,21 +449,11 @@ def render_html(metrics: Mapping[str, Any], plots: Mapping[str, str], title: str
     for heading, header, rows, plot, notes in _sections(metrics, plots):
         body.append(f"<h2>{_e(heading)}</h2>")
         if rows:
-            body.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr></thead><tbody>")
-            body += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in rows]
-            body.append("</tbody></table>")
+            body.append(html_table(header, rows))
         if plot:
             body.append(f"<figure>{plots[plot]}</figure>")
         body += [f"<p class='note'>{_e(note)}</p>" for note in notes]
-    style = (
-        "body{font-family:Helvetica,Arial,sans-serif;max-width:960px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:0.5em 0}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}"
-        "th{background:#f3f3f3}.note{color:#555;font-size:0.9em}figure{margin:1em 0}"
-    )
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{_e(title)}</title><style>{style}</style></head>\n<body>\n" + "\n".join(body) + "\n</body></html>\n"
-    )
+    return html_document(title, body)
 
 
 def write_report(metrics: Mapping[str, Any], out_dir: PathLike, title: str = "Empatheia evaluation") -> Dict[str, Path]:

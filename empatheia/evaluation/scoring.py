@@ -20,6 +20,7 @@ number of predictions carrying media is still reported under ``media``.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
@@ -110,6 +111,9 @@ def score(
       references give them, in the label sets' order;
     * ``media``: when any scored prediction has ``audio``/``video``: how many have each,
       and whether they were ``scored``;
+    * ``latency``: when any scored prediction has ``seconds`` (a model run's time per
+      answer): ``answers`` (how many have it), ``seconds_mean`` and ``seconds_median``
+      over them;
     * ``speech``, ``video``, ``consistency``: with ``multimodal``, the blocks of
       :func:`empatheia.evaluation.multimodal.score_multimodal`;
     * ``missing``: ``without_reference`` and ``without_prediction`` ids (with
@@ -140,6 +144,7 @@ def score(
         chain = [emotion_class(p["chain_emotion"], labels) if p.get("chain_emotion") else None for p, _ in pairs]
         metrics["chain_emotion_accuracy"] = sum(c == g for c, g in zip(chain, gold)) / len(gold)
     metrics.update(_text_similarity(pairs, options, files))
+    metrics.update(_latency(pairs))
     metrics.update(_media(pairs, gold, predicted, options, files))
     metrics["emotion"] = report
     metrics["missing"] = {"without_reference": alignment.without_reference, "without_prediction": alignment.without_prediction}
@@ -179,6 +184,16 @@ def _text_similarity(pairs, options: ScoreOptions, files: RecordFiles) -> Dict[s
             )
         out["polarity"] = json_ready(text.polarity_scores([r["history"] for _, r in pairs], hypotheses)["mean"])
     return out
+
+
+def _latency(pairs) -> Dict[str, Any]:
+    """Mean and median seconds per answer over the predictions that were timed; nothing
+    for files written before predictions carried ``seconds``."""
+    seconds = [float(p["seconds"]) for p, _ in pairs if p.get("seconds") is not None]
+    if not seconds:
+        return {}
+    return {"latency": {"answers": len(seconds), "seconds_mean": statistics.fmean(seconds),
+                        "seconds_median": statistics.median(seconds)}}
 
 
 def _media(pairs, gold, predicted, options: ScoreOptions, files: RecordFiles) -> Dict[str, Any]:

@@ -157,6 +157,55 @@ def measure_generator_styles(
     )
 
 
+def expression_face_styles(videos: Sequence[PathLike], style_dim: int, max_frames: int = 16) -> List[torch.Tensor]:
+    """S^v in the avatar renderer's layout of real face recordings, read by the FER2013
+    network (:mod:`empatheia.evaluation.fer`): its emotion mix (neutral left out,
+    renormalised) with intensity ``1 - P(neutral)``, and the gaze and head motion those
+    emotions have in the renderer (:func:`empatheia.data.render.mixed_video_style`).
+
+    The renderer's own ``style_features`` reads expressions through a geometry readout
+    fitted on its drawn faces; on real faces it misreads (on the 21 emotional MEAD clips
+    of shared/data it named the clip's emotion for 1 of 7 classes), while the FER network
+    was trained on real faces."""
+    from ..data.render import mixed_video_style
+    from ..evaluation.fer import FER_CLASSES, FacialExpressionClassifier
+    from ..evaluation.video import read_frames
+
+    classifier = FacialExpressionClassifier(max_frames=max_frames, labels=EMOTION_LABELS)
+    out = []
+    for video in videos:
+        frames, _ = read_frames(video, max_frames)
+        reading = classifier.read(frames)
+        mix = {label: float(p) for label, p in zip(reading.labels, reading.probabilities)}
+        intensity = 1.0 - float(reading.fer_probabilities[FER_CLASSES.index("neutral")])
+        out.append(mixed_video_style(mix, intensity, style_dim))
+    return out
+
+
+def reference_face_measure(talking_head):
+    """How the face clips of one class become its reference S^v for ``talking_head``:
+    ``measure(videos, emotion) -> (S^v (D_sv,) or None, note)``.
+
+    For the avatar renderer, whose own measure is fitted on drawn faces, the mean FER
+    reading (:func:`expression_face_styles`); a class whose clips FER reads, on average,
+    as another emotion gives ``None`` (a reference that shows something else would make
+    the avatar show it too). For other talking heads (e.g. DreamTalk, whose style is made
+    from real clips), the mean of their ``style_features``."""
+    from empatheia.generators.avatar_renderer import EMOTIONS, AvatarRenderer
+
+    if not isinstance(talking_head, AvatarRenderer):
+        return lambda videos, emotion: (_mean(talking_head.style_features(videos)), "")
+
+    def measure(videos, emotion):
+        style = _mean(expression_face_styles(videos, talking_head.features.style_dim))
+        read = EMOTIONS[int(style[: len(EMOTIONS)].argmax())]
+        if read != emotion:
+            return None, f"FER reads its clips as {read}"
+        return style, "read by FER"
+
+    return measure
+
+
 def measure_clip_styles(
     speech,
     talking_head,
@@ -165,22 +214,49 @@ def measure_clip_styles(
     fallback: Optional[StyleTable] = None,
 ) -> StyleTable:
     """A table measured on real recordings: per class, the mean ``style_features`` of its
-    speech clips and of its face clips. A class without clips of a modality takes
-    ``fallback``'s row (its source says so); without a fallback that is an error."""
+    speech clips, taken relative to the clips' mean (see below), and the mean reference
+    style of its face clips (:func:`reference_face_measure`). A class without usable clips
+    of a modality takes ``fallback``'s row (the generators' own table; its source says so).
+
+    A speech row is ``clips_c - mean_real + mean_own``: its emotion's difference from the
+    real clips' mean, on top of the fallback's mean over the same classes, so the avatar
+    keeps its own register and level whoever recorded the references; each value is then
+    kept within the range of the fallback's rows."""
     classes = sorted(set(speech_clips) | set(face_clips) | (set(fallback.speech) if fallback else set()),
                      key=lambda c: EMOTION_LABELS.index(c) if c in EMOTION_LABELS else len(EMOTION_LABELS))
+    if fallback is None:
+        raise ValueError("a bank from real clips needs a fallback table: the generators' own styles")
     tables = {"speech": {}, "video": {}}
     sources: Dict[str, Dict[str, str]] = {c: {} for c in classes}
-    for modality, clips, measure in (("speech", speech_clips, speech.style_features),
-                                     ("video", face_clips, talking_head.style_features)):
+    measures = {"speech": lambda files, emotion: (_mean(speech.style_features(files)), ""),
+                "video": reference_face_measure(talking_head)}
+    for modality, clips in (("speech", speech_clips), ("video", face_clips)):
         for c in classes:
             files = [Path(p) for p in clips.get(c, ())]
-            if files:
-                tables[modality][c] = _mean(measure(files))
-                sources[c][modality] = "real clips: " + ", ".join(sorted(f.name for f in files))
+            row, note = measures[modality](files, c) if files else (None, "no real clip")
+            if row is not None:
+                tables[modality][c] = row
+                sources[c][modality] = "real clips" + (f" ({note})" if note else "") + ": " + ", ".join(
+                    sorted(f.name for f in files))
             elif fallback is not None and c in fallback.speech:
                 tables[modality][c] = getattr(fallback, modality)[c].clone()
-                sources[c][modality] = "no real clip; " + fallback.sources.get(c, {}).get(modality, "the fallback table")
+                sources[c][modality] = f"{note}; " + fallback.sources.get(c, {}).get(modality, "the fallback table")
             else:
-                raise ValueError(f"no {modality} clip of {c!r} and no fallback table to take its style from")
+                raise ValueError(f"{modality} of {c!r}: {note}, and no fallback table to take its style from")
+    real_voices = [c for c in classes if sources[c]["speech"].startswith("real clips")]
+    if real_voices:
+        # A voice clip carries its speaker (register, vocal tract) and its recording's level
+        # as much as its emotion, and the avatar must keep its own voice: each real row
+        # keeps only its difference from the clips' mean, put onto the mean of the
+        # generators' own rows of the same classes.
+        # A clip of another recording's level or a speaker far from the others would
+        # still ask for more than any emotion of the generators does: each value stays
+        # within the range the generators' own rows span.
+        real_mean = torch.stack([tables["speech"][c] for c in real_voices]).mean(0)
+        own = torch.stack([fallback.speech[c] for c in fallback.classes])
+        own_mean = torch.stack([fallback.speech[c] for c in real_voices]).mean(0)
+        for c in real_voices:
+            tables["speech"][c] = torch.minimum(torch.maximum(tables["speech"][c] - real_mean + own_mean, own.min(0).values),
+                                                own.max(0).values)
+            sources[c]["speech"] = sources[c]["speech"].replace("real clips", "real clips (relative to their mean)", 1)
     return StyleTable(tables["speech"], tables["video"], sources, generators_fingerprint(speech, talking_head))
