@@ -231,7 +231,8 @@ def test_checkpoint_run_resumes_without_predicting_twice(tmp_path, capsys):
     assert "5 example(s): 2 predicted by an earlier run, 3 now" in capsys.readouterr().err
     for p in predictions:
         assert isinstance(p["text"], str) and p["emotion"] in LabelSets().emotions
-        assert set(p) == {"id", "text", "emotion", "chain_emotion", "emotion_probabilities"}
+        assert set(p) == {"id", "text", "emotion", "chain_emotion", "emotion_probabilities", "seconds"}
+        assert p["seconds"] >= 0
 
     references = read_jsonl(out / "references.jsonl")
     assert [r["id"] for r in references] == ED_IDS
