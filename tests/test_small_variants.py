@@ -53,3 +53,17 @@ def test_e3rg_answers_with_the_voted_emotion_voice_and_face(e3rg, media):
     readers = {name for name, reading in vote.readings.items() if reading is not None}
     assert readers == ({"chain", "text", "face", "prosody"} if media else {"chain", "text"})
     assert response.audio.duration > 0.5 and response.video.frames.shape[0] >= 10
+
+
+def test_the_docs_example_runs(tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "variants.md"
+    (block,) = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "variants.md", "exec"), {"__name__": "__doc_example__"})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["pipeline", "e3rg"]
+    assert all(line.split()[1] in EMOTION_LABELS for line in lines[:2])
+    assert lines[2] == "['chain', 'text']" and (tmp_path / "e3rg-memory" / "users").is_dir()
