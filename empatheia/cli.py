@@ -116,7 +116,8 @@ def chat(args: argparse.Namespace) -> int:
     speak = args.speak or args.animate
     model = _warm_model(args, speak=speak)
     player = None if args.no_play or not speak or not sys.stdout.isatty() else find_player()
-    session = Chat(model, args.out, speak=speak, animate=args.animate, player=player, max_new_tokens=args.max_new_tokens)
+    session = Chat(model, args.out, speak=speak, animate=args.animate, player=player, max_new_tokens=args.max_new_tokens,
+                   user=args.user)
     return session.run(sys.stdin)
 
 
@@ -358,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--animate", action="store_true", help="answer with a talking head too (speaks too)")
     p.add_argument("--no-play", action="store_true", help="write the voice without playing it")
     p.add_argument("--out", type=Path, default=Path("chat_output"), help="folder of the turns' files (turn-<n>/)")
+    p.add_argument("--user", default=None,
+                   help="who is talking: with --system e3rg and --memory, their earlier turns are recalled in later sessions")
     p.set_defaults(run=chat)
 
     data = commands.add_parser("data", help="check datasets and extract gold features").add_subparsers(

@@ -294,3 +294,25 @@ def test_bank_takes_real_clips_where_they_read_as_their_class(model):
     assert bank.sources["contempt"]["video"].startswith("FER reads its clips as")
     assert torch.equal(bank.video["contempt"], fallback.video["contempt"])
     assert torch.equal(bank.speech["fear"], fallback.speech["fear"]) and "no real clip" in bank.sources["fear"]["speech"]
+
+
+def test_chat_with_e3rg_recalls_the_users_turns_of_an_earlier_session(model, tmp_path, monkeypatch):
+    import io
+
+    from empatheia.serve.chat import Chat
+
+    prompts = []
+    respond = model.respond
+
+    def spy(dialogues, *args, **kwargs):
+        prompts.append([t.text for t in dialogues[0].turns])
+        return respond(dialogues, *args, **kwargs)
+
+    monkeypatch.setattr(model, "respond", spy)
+    for folder, line in (("one", "My cat Miso ran away last night."), ("two", "I still cannot find Miso, my cat.")):
+        system = _e3rg(model, [FixedReader("text", {"sad": 1.0})], memory=tmp_path / "memory")
+        chat = Chat(system, tmp_path / folder, max_new_tokens=4, write=lambda text: None, user="ana")
+        assert chat.run(io.StringIO(f"{line}\n/quit\n")) == 0
+    # The second session's prompt opens with what the user said in the first.
+    assert prompts[0] == ["My cat Miso ran away last night."]
+    assert prompts[1] == ["My cat Miso ran away last night.", "I still cannot find Miso, my cat."]

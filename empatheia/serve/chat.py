@@ -41,14 +41,17 @@ class Chat:
         out: folder of the turns' files.
         speak, animate: answer with a voice, and a talking head.
         player: a command line that plays a WAV file given after it, or ``None``.
+        user: who is talking (a system with a memory, E3RG, keeps their turns under it
+            across sessions).
     """
 
     def __init__(self, model, out: Path, speak: bool = False, animate: bool = False,
                  player: Optional[List[str]] = None, max_new_tokens: Optional[int] = None,
-                 limits: UploadLimits = UploadLimits(), write: Callable[[str], None] = print):
+                 limits: UploadLimits = UploadLimits(), write: Callable[[str], None] = print,
+                 user: Optional[str] = None):
         self.model, self.speak, self.animate = model, speak or animate, animate
         self.player, self.max_new_tokens, self.limits, self.write = player, max_new_tokens, limits, write
-        self.conversation = Conversation(Path(out))
+        self.conversation = Conversation(Path(out), user=user)
         self.conversation.folder.mkdir(parents=True, exist_ok=True)
         self.attached: Dict[str, object] = {}
 

@@ -40,7 +40,8 @@ class Conversation:
     user) go to the model, media included: a long conversation costs no more per turn
     than a short one. ``avatar`` (an :class:`empatheia.generators.base.Avatar`) is one
     the user registered; without it the model's registry gives the avatar of
-    ``listener_profile``.
+    ``listener_profile``. ``user`` names the user (the dialogue's speaker ``ID``), so a
+    system with a memory (E3RG) knows whose earlier turns are whose.
     """
 
     folder: Path
@@ -50,6 +51,7 @@ class Conversation:
     turns: List[Turn] = field(default_factory=list)
     answered: int = 0
     """Turns answered so far; the next answer is ``turn-<answered + 1>``."""
+    user: Optional[str] = None
 
     def __post_init__(self):
         if self.max_turns < 1:
@@ -59,7 +61,8 @@ class Conversation:
     def dialogue(self, user_turn: Turn) -> Dialogue:
         """The window of the dialogue that ends with ``user_turn``."""
         turns = (self.turns + [user_turn])[-self.max_turns :]
-        return Dialogue(turns, id=f"turn-{self.answered + 1}", listener_profile=dict(self.listener_profile))
+        return Dialogue(turns, id=f"turn-{self.answered + 1}", listener_profile=dict(self.listener_profile),
+                        speaker_profile={"ID": self.user} if self.user else None)
 
     def record(self, user_turn: Turn, response: EmpatheticResponse) -> None:
         self.turns += [user_turn, Turn("listener", response.text.strip() or EMPTY_ANSWER)]

@@ -63,7 +63,8 @@ class SessionStore:
     def create(self) -> Session:
         self.sweep()
         session_id = secrets.token_urlsafe(24)
-        session = Session(session_id, Conversation(self.root / session_id, self.max_turns), self.clock())
+        # The session is the user: a system with a memory keeps their turns under its id.
+        session = Session(session_id, Conversation(self.root / session_id, self.max_turns, user=session_id), self.clock())
         session.conversation.folder.mkdir()
         with self._lock:
             idle = sorted((s for s in self._sessions.values() if s.pending == 0), key=lambda s: s.last_used)
