@@ -284,6 +284,21 @@ def variants_styles(args: argparse.Namespace) -> int:
     return 0
 
 
+def variants_export_pipeline(args: argparse.Namespace) -> int:
+    """``empatheia variants export-pipeline``: the adapter of a pipeline_text run, in half precision."""
+    from .modeling import Empatheia
+    from .variants.pipeline import export_pipeline_core
+
+    folder = args.model / "final" if (args.model / "final").is_dir() else args.model
+    try:
+        model = Empatheia.from_pretrained(folder)
+    except (FileNotFoundError, ValueError, KeyError) as error:
+        raise SystemExit(f"error: {args.model}: {error}")
+    path = export_pipeline_core(model, args.out)
+    print(json.dumps({"out": str(path), "bytes": path.stat().st_size}))
+    return 0
+
+
 def _emotion_of(word: str) -> Optional[str]:
     """The class a word of a clip's file name names (``fearful`` -> fear), or ``None``."""
     from .labels import UnknownEmotionError, fold_emotion
@@ -427,9 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in output_dir")
     p.set_defaults(run=train)
 
-    p = commands.add_parser("variants", help="build what the field's other systems read (docs/variants.md)").add_subparsers(
-        dest="variants_command", required=True)
-    p = p.add_parser("styles", help="measure an emotion -> style table on a preset's generators (or on real clips)")
+    variants = commands.add_parser("variants", help="build what the field's other systems read (docs/variants.md)")
+    variants = variants.add_subparsers(dest="variants_command", required=True)
+    p = variants.add_parser("styles", help="measure an emotion -> style table on a preset's generators (or on real clips)")
     p.add_argument("--preset", default="small", help="whose generators measure the styles")
     p.add_argument("--out", type=Path, required=True, metavar="TABLE.json")
     p.add_argument("--speech-clips", type=Path, metavar="DIR",
@@ -440,6 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with clips: the table whose rows stand in for classes no clip shows (default: measured now)")
     add_set_argument(p, "override a key of --preset's model config by its dotted name")
     p.set_defaults(run=variants_styles)
+    p = variants.add_parser("export-pipeline", help="write a trained pipeline's language-model adapter as a preset ships it")
+    p.add_argument("model", type=Path, metavar="MODEL_DIR", help="the pipeline_text run's final/ (or output folder)")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.safetensors",
+                   help="e.g. empatheia/weights/small/pipeline_core.safetensors")
+    p.set_defaults(run=variants_export_pipeline)
 
     from .evaluation.cli import add_eval_parsers
 

@@ -316,3 +316,30 @@ def test_chat_with_e3rg_recalls_the_users_turns_of_an_earlier_session(model, tmp
     # The second session's prompt opens with what the user said in the first.
     assert prompts[0] == ["My cat Miso ran away last night."]
     assert prompts[1] == ["My cat Miso ran away last night.", "I still cannot find Miso, my cat."]
+
+
+def test_train_pipeline_then_export_and_load_its_core(tmp_path, capsys):
+    """`empatheia train --system pipeline` trains the meta-response; `variants
+    export-pipeline` writes what a preset ships; loaded into a fresh model it answers as
+    the trained one."""
+    from empatheia.variants.pipeline import load_pipeline_core
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"conv_id": "c1", "emotion": "proud", "situation": "I won.",
+                                "utterances": ["I won the race today!", "Congratulations, you must be proud!"]}) + "\n")
+    code = main(["train", "--system", "pipeline", "--set", "model.preset=tiny", f"data.train={data}",
+                 f"output_dir={tmp_path / 'run'}", "max_steps=2", "deepspeed=null", "optim.batch_size=1",
+                 "optim.gradient_accumulation_steps=1", "save_steps=2", "data.num_workers=0", "model.dtype=null",
+                 "optim.learning_rate=0.05", "tensorboard=false", "progress=false"])
+    assert code == 0
+    assert main(["variants", "export-pipeline", str(tmp_path / "run"), "--out", str(tmp_path / "core.safetensors")]) == 0
+    trained = Empatheia.from_pretrained(tmp_path / "run" / "final")
+    fresh = Empatheia.from_preset("tiny", trained=False)
+    load_pipeline_core(fresh, tmp_path / "core.safetensors")
+    table = pipeline_styles(fresh)
+    dialogue = make_dialogue(1, audio=False, video=False)
+    a = PipelineSystem(trained, table).respond(dialogue, max_new_tokens=8)
+    b = PipelineSystem(fresh, table).respond(dialogue, max_new_tokens=8)
+    assert a.generated_text == b.generated_text
+    with pytest.raises(SystemExit, match="training-free"):
+        main(["train", "--system", "e3rg"])

@@ -344,7 +344,9 @@ def export_weights(final: Path, folder: Path, dtype=None) -> Path:
     state = {k: v.to(dtype) if v.is_floating_point() and not k.endswith(_STATISTICS) else v for k, v in state.items()}
     target = Path(folder) / "empatheia.safetensors"
     with atomic_path(target) as partial:
-        save_file(state, str(partial), metadata={"source": str(final), "dtype": str(dtype).replace("torch.", ""), "version": "1"})
+        # The run folder's own name and below: the file ships, the machine it came from does not.
+        source = "/".join(Path(final).parts[-3:])
+        save_file(state, str(partial), metadata={"source": source, "dtype": str(dtype).replace("torch.", ""), "version": "1"})
     return target
 
 

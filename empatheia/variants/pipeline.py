@@ -15,6 +15,7 @@ understanding), so a dialogue's speech and video do not change its answer.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
@@ -22,7 +23,7 @@ import torch
 
 from ..dialogue import Dialogue
 from ..labels import EMOTION_LABELS, UnknownEmotionError, fold_emotion
-from ..prompts import ChainOfEmpathy, PromptMode, meta_text, parse_meta
+from ..prompts import META_EMOTION, ChainOfEmpathy, PromptMode, parse_meta
 from ..response import EmpatheticResponse, LabelPrediction
 from .base import VariantSystem, no_content
 from .styles import StyleTable
@@ -55,10 +56,9 @@ class PipelineSystem(VariantSystem):
 
     def __init__(self, model, styles: StyleTable):
         super().__init__(model)
-        cs = model.config.style_disentangler
-        styles.check_widths(cs.speech_style_dim, cs.video_style_dim, f"preset {model.config.preset or '?'}'s generators")
+        sd = model.config.style_disentangler
+        styles.check_widths(sd.speech_style_dim, sd.video_style_dim, f"preset {model.config.preset or '?'}'s generators")
         self.styles = styles
-        self._emotion_prefix = meta_text("x", None).split("x")[0].strip()  # "Emotion:"
 
     def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p) -> List[EmpatheticResponse]:
         written = self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
@@ -72,8 +72,11 @@ class PipelineSystem(VariantSystem):
             if steps[row] is not None:
                 (fine,) = self.model.label_predictions(written.scores[steps[row]][row : row + 1].float())
             named = meta.emotion
-            if fine is not None and named is not None and named not in fine.probabilities:
-                fine = None  # it wrote a label outside the known ones: its probabilities do not describe it
+            if fine is not None and (named not in fine.probabilities
+                                     or not all(math.isfinite(p) for p in fine.probabilities.values())):
+                # A label outside the known ones (or sampling that filtered every label's
+                # token): the distribution does not describe what it wrote.
+                fine = None
             emotion = self._emotion_class(named, fine)
             speech_style, video_style = self.styles.styles(emotion.label)
             responses.append(EmpatheticResponse(
@@ -120,7 +123,7 @@ class PipelineSystem(VariantSystem):
         for row in sequences.tolist():
             found = None
             for k in range(1, min(len(row), 12)):
-                if tokenizer.decode(row[:k], skip_special_tokens=True).strip() == self._emotion_prefix:
+                if tokenizer.decode(row[:k], skip_special_tokens=True).strip() == f"{META_EMOTION}:":
                     found = k
                     break
             steps.append(found)
