@@ -17,6 +17,10 @@ stage  name                trains                                 layout     los
 4      ``stage4_joint``    all of the above                       full       L_emp + α L_ccl + β L_sac + KL
 =====  ==================  =====================================  =========  ==============================
 
+The field's other systems add their own (:data:`VARIANT_STAGES`, by name): the pipeline
+baseline's ``pipeline_text`` trains the LoRA on the meta-response layout (``pipeline``),
+with L_emp alone.
+
 This module sits below the model, the processor and the data pipeline: it imports only the
 prompt layouts.
 """
