@@ -360,6 +360,25 @@ def test_an_existing_run_is_not_overwritten_and_resume_keeps_its_settings(tmp_pa
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
 
 
+def test_resume_drops_a_torn_last_metrics_line_and_names_a_torn_earlier_one(tmp_path, avatar):
+    """A kill or a full disk can cut the last line of metrics.jsonl; resuming drops it (and
+    logs those steps again). A broken line before the last is an error naming the file."""
+    from empatheia.cli import main
+
+    train, _ = avatar
+    recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=2, save_steps=1))
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    good = metrics.read_text()
+    metrics.write_text(good + '{"step": 3, "split": "tr')
+    result = recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=3, save_steps=1), resume=True)
+    assert result.state.step == 3 and [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3]
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([lines[0], "not json", *lines[1:]]) + "\n")
+    config = tmp_path / "run" / "train_config.yaml"
+    with pytest.raises(SystemExit, match=r"metrics.jsonl.*line 2 is not a metrics record"):
+        main(["train", str(config), "--set", "max_steps=4", "--resume"])
+
+
 def test_evaluation_tensorboard_and_what_a_crash_mid_write_leaves(tmp_path, avatar, stage1_output):
     from empatheia.training import latest_checkpoint
 

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Union
 import numpy as np
 import torch
 
+from ..errors import DataError
 from ..io import replace_path, write_text_atomic
 from .distributed import barrier
 
@@ -138,8 +139,21 @@ def load_rng(directory: Path, rank: int, device: torch.device) -> None:
 # ---------------------------------------------------------------------- metrics
 def truncate_metrics(path: Path, step: int) -> None:
     """Drop the lines a killed run logged after the checkpoint it resumes from, so the
-    resumed run's log reads as if it had never stopped."""
+    resumed run's log reads as if it had never stopped. A last line cut short (a kill or a
+    full disk mid-write) is dropped with them; an unreadable line before it is a
+    :class:`~empatheia.errors.DataError` naming the file and the line."""
     if not path.is_file():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    kept = []
+    for number, line in enumerate(lines, 1):
+        try:
+            logged = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            if number == len(lines):
+                break
+            raise DataError(f"line {number} is not a metrics record ({line[:60]!r}); remove it to resume", file=path,
+                            field=f"line {number}") from None
+        if logged <= step:
+            kept.append(line)
     write_text_atomic(path, "".join(line + "\n" for line in kept))
