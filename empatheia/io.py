@@ -31,7 +31,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Iterable, Iterator, List, Mapping, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from .errors import DataError
 
@@ -209,7 +209,7 @@ def json_line(record: Any) -> str:
     return json.dumps(record, ensure_ascii=False) + "\n"
 
 
-def write_json(path: PathLike, data: Any, indent: int = 2) -> Path:
+def write_json(path: PathLike, data: Any, indent: Optional[int] = 2) -> Path:
     """``data`` as indented JSON, written atomically; NaN and infinity are an error (they
     are not JSON)."""
     return write_text_atomic(path, json.dumps(data, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")

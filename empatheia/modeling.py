@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,7 @@ from peft import set_peft_model_state_dict
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from .config import EmpatheiaConfig
 from .config_loader import read_yaml_mapping
@@ -36,6 +37,7 @@ from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
 from .prompts import PromptMode, parse_chain
+from .responding import Responder
 from .response import EmpatheticResponse, LabelPrediction
 from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
 
@@ -73,10 +75,10 @@ class GeneratedText:
     """``(B, N)`` generated token ids (padded after a row's end)."""
     texts: List[str]
     scores: Optional[List[torch.Tensor]] = None
-    """Per generated step, the logits ``(B, V)`` it chose from (``scores=True``)."""
+    """The logits ``(B, V)`` of each of the first ``score_steps`` generated steps."""
 
 
-class Empatheia(nn.Module):
+class Empatheia(nn.Module, Responder):
     """Multimodal empathetic response generation (Empatheia, WWW 2025).
 
     Build from a preset or a config, train stage by stage with ``model(batch, stage=k)``,
@@ -495,99 +497,6 @@ class Empatheia(nn.Module):
         terms["kl_style"] = style.kl.mean()
         return terms
 
-    # ================================================================== inference
-    @torch.no_grad()
-    def respond(
-        self,
-        dialogues: Union[Dialogue, Sequence[Dialogue]],
-        max_new_tokens: Optional[int] = None,
-        do_sample: bool = False,
-        temperature: float = 0.7,
-        top_p: float = 0.9,
-        speech_lengths: Optional[Sequence[int]] = None,
-        speak: bool = False,
-        animate: bool = False,
-    ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
-        """Answer one dialogue or a batch of them.
-
-        The language model writes the Chain of Empathy and the response; then the prompt,
-        that text and the 32 signal tokens run through it once more in a single forward
-        pass, whose hidden states feed the Content Synchronizer (response tokens) and the
-        Style Disentangler (signal tokens), and, with ``language_model.chain_emotions``,
-        give ``response.chain_emotion`` (:meth:`chain_emotion_predictions`).
-        ``speech_lengths`` gives the content lengths per dialogue (speech units: rows of
-        C^s and of C^v); by default the speech generator gives them when speaking or
-        when the Content Synchronizer reads unit ids (``unit_vocab_size > 0``, then the
-        generator's ``content_units`` of each response), and they are otherwise
-        estimated from the response's length.
-
-        With ``speak`` the speech generator turns C^s and S^s into ``response.audio``;
-        with ``animate`` the talking-head generator also turns the speech, C^v and S^v
-        into ``response.video``: it spreads the per-unit C^v over the video frames by the
-        speech's alignment (which unit sounds when), so the mouth follows the speech that
-        was actually generated (animating needs the speech, so it speaks too). The
-        listener's avatar (:meth:`avatars`) gives the voice and the portrait.
-        """
-        single = isinstance(dialogues, Dialogue)
-        items = [dialogues] if single else list(dialogues)
-        if not items:
-            return []
-        was_training = self.training
-        self.eval()
-        speak = speak or animate
-        try:
-            responses = self._respond(
-                items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak
-            )
-        finally:
-            self.train(was_training)
-        if speak:
-            self._render(items, responses, animate)
-        return responses[0] if single else responses
-
-    def respond_in_stages(
-        self,
-        dialogue: Dialogue,
-        max_new_tokens: Optional[int] = None,
-        speak: bool = False,
-        animate: bool = False,
-        avatar=None,
-    ) -> Iterator[Tuple[str, EmpatheticResponse]]:
-        """Answer one dialogue as :meth:`respond` does (greedy), handing the answer over
-        as each part becomes ready: ``("text", response)`` with the text, the Chain of
-        Empathy and the emotions; then, with ``speak``, ``("speech", response)`` with
-        ``response.audio``; then, with ``animate``, ``("video", response)`` with
-        ``response.video``. It is the same object each time, filled in further, so a
-        caller can show the text while the voice is still being made.
-
-        ``avatar`` (an :class:`empatheia.generators.base.Avatar`) speaks instead of the
-        listener's avatar from :meth:`avatars`: one that a caller keeps for itself, such
-        as a portrait a user uploaded, never enters the shared registry.
-        """
-        speak = speak or animate
-        was_training = self.training
-        self.eval()
-        # Grad mode is set per step, not around the yields: it is thread state, and the
-        # caller runs its own code between them.
-        try:
-            with torch.no_grad():
-                (response,) = self._respond(
-                    [dialogue], max_new_tokens, do_sample=False, temperature=1.0, top_p=1.0, speech_lengths=None, speak=speak
-                )
-        finally:
-            self.train(was_training)
-        yield "text", response
-        if not speak:
-            return
-        avatar = avatar if avatar is not None else self.avatars().for_profile(dialogue.listener_profile)
-        with torch.no_grad():
-            self._speak(response, avatar)
-        yield "speech", response
-        if animate:
-            with torch.no_grad():
-                self._animate(response, avatar)
-            yield "video", response
-
     # ================================================================== generators
     def generators(self):
         """The speech and talking-head generators of ``config.generators``, built on first
@@ -617,25 +526,8 @@ class Empatheia(nn.Module):
             self._avatar_registry = AvatarRegistry(self.config.generators.avatars)
         return self._avatar_registry
 
-    def _render(self, items: Sequence[Dialogue], responses: List[EmpatheticResponse], animate: bool) -> None:
-        for dialogue, response in zip(items, responses):
-            avatar = self.avatars().for_profile(dialogue.listener_profile)
-            self._speak(response, avatar)
-            if animate:
-                self._animate(response, avatar)
-
-    def _speak(self, response: EmpatheticResponse, avatar) -> None:
-        speech = self.generators()[0]
-        response.avatar = avatar.key
-        response.avatar_profile = dict(avatar.profile or {})
-        response.voice_style = speech.describe_style(response.speech_style)
-        response.audio = speech.synthesize(response.text, response.speech_content, response.speech_style, avatar)
-
-    def _animate(self, response: EmpatheticResponse, avatar) -> None:
-        talking_head = self.generators()[1]
-        response.face_style = talking_head.describe_style(response.video_style)
-        response.video = talking_head.animate(response.audio, response.video_content, response.video_style, avatar.portrait)
-
+    # ================================================================== answering
+    # respond and respond_in_stages are Responder's (empatheia/responding.py), over _answer.
     def generate_text(
         self,
         items: Sequence[Dialogue],
@@ -645,12 +537,12 @@ class Empatheia(nn.Module):
         temperature: float = 0.7,
         top_p: float = 0.9,
         reserve_signals: bool = True,
-        scores: bool = False,
+        score_steps: int = 0,
     ) -> GeneratedText:
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
-        signal tokens. With ``scores``, the logits ``(B, V)`` of each generated step are
-        kept too. ``reserve_signals`` keeps room in ``max_length`` for the signal tokens a
+        signal tokens. The logits ``(B, V)`` of the first ``score_steps`` generated steps
+        are kept too (only those: every step's would hold ``steps x B x V`` floats). ``reserve_signals`` keeps room in ``max_length`` for the signal tokens a
         second pass appends."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
@@ -660,6 +552,7 @@ class Empatheia(nn.Module):
         media = self.encode_media(batch)
         embeddings = self.embed_inputs(batch["input_ids"], *media)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
+        recorder = _FirstLogits(score_steps) if score_steps > 0 else None
         output = self.language_model.generate(
             inputs_embeds=embeddings,
             attention_mask=batch["attention_mask"],
@@ -668,12 +561,12 @@ class Empatheia(nn.Module):
             # those are appended by the signal pass rather than decoded one by one.
             eos_token_id=[self.token_ids.eos, self.token_ids.audio_signals[0]],
             pad_token_id=self.token_ids.pad,
-            output_scores=scores,
+            logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
             return_dict_in_generate=True,
             **sampling,
         )
         texts = self.tokenizer.batch_decode(output.sequences, skip_special_tokens=True)
-        return GeneratedText(prompts, media, output.sequences, texts, list(output.scores) if scores else None)
+        return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None)
 
     def label_predictions(self, logits: torch.Tensor) -> List[Optional[LabelPrediction]]:
         """Next-token logits ``(B, V)`` as distributions over
@@ -683,7 +576,25 @@ class Empatheia(nn.Module):
             return [None] * logits.shape[0]
         return _predictions(logits[:, self._chain_emotion_ids], self.config.language_model.chain_emotions)
 
-    def _respond(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
+    def _network(self) -> nn.Module:
+        return self
+
+    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
+        """The language model writes the Chain of Empathy and the response; then the
+        prompt, that text and the 32 signal tokens run through it once more in a single
+        forward pass, whose hidden states feed the Content Synchronizer (response tokens)
+        and the Style Disentangler (signal tokens), and, with
+        ``language_model.chain_emotions``, give ``response.chain_emotion``
+        (:meth:`chain_emotion_predictions`). ``speech_lengths`` gives the content lengths
+        per dialogue (speech units: rows of C^s and of C^v); by default the speech
+        generator gives them when speaking or when the Content Synchronizer reads unit ids
+        (``unit_vocab_size > 0``, then the generator's ``content_units`` of each
+        response), and they are otherwise estimated from the response's length.
+
+        Spoken (:meth:`respond` with ``speak``), C^s and S^s drive the voice; animated, the
+        talking head spreads the per-unit C^v over the video frames by the speech's
+        alignment (which unit sounds when), so the mouth follows the speech that was
+        actually generated."""
         device = self.device
         written = self.generate_text(items, PromptMode.FULL, max_new_tokens, do_sample, temperature, top_p)
         prompts, media, texts = written.prompts, written.media, written.texts
@@ -881,6 +792,18 @@ def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+class _FirstLogits(LogitsProcessor):
+    """Keeps the logits ``(B, V)`` of the first ``steps`` generated steps and changes none."""
+
+    def __init__(self, steps: int):
+        self.steps, self.kept = steps, []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if len(self.kept) < self.steps:
+            self.kept.append(scores.detach().clone())
+        return scores
 
 
 def _embedding_norm(language_model) -> Optional[float]:

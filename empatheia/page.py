@@ -63,31 +63,39 @@ def response_page(response: Any, dialogue: Optional["Dialogue"] = None) -> str:
     """The page of ``response`` (an :class:`~empatheia.response.EmpatheticResponse`, read
     by its fields: that module imports this one) as a string; it refers to
     ``response.wav`` and ``response.mp4`` beside it."""
-    parts = [f"<!doctype html><html lang=en><meta charset=utf-8><title>Empatheia response</title><style>{_STYLE}</style>",
-             "<h1>Empatheia response</h1>"]
+    system = escape(response.system)
+    parts = [f"<!doctype html><html lang=en><meta charset=utf-8><title>{system} response</title><style>{_STYLE}</style>",
+             f"<h1>{system} response</h1>"]
     if dialogue is not None:
         parts.append("<h2>Dialogue</h2>")
         if dialogue.context:
             parts.append(f"<p><em>{escape(dialogue.context)}</em></p>")
         for turn in dialogue.turns:
             parts.append(f'<div class="turn {escape(turn.role)}"><div class=role>{escape(turn.role)}</div>{escape(turn.text)}</div>')
-    parts.append('<h2>Answer</h2><div class="turn answer"><div class=role>listener (Empatheia)</div>'
+    parts.append(f'<h2>Answer</h2><div class="turn answer"><div class=role>listener ({system})</div>'
                  f"{escape(response.text) or '<em>(empty)</em>'}</div>")
     if response.video is not None:
         parts.append('<video src="response.mp4" controls playsinline></video>')
     elif response.audio is not None:
         parts.append('<audio src="response.wav" controls></audio>')
-    parts.append("<h2>Chain of Empathy</h2><dl class=chain>")
-    for field, title in _CHAIN_TITLES:
-        value = getattr(response.chain, field, None)
-        parts.append(f"<dt>{escape(title)}</dt><dd>{escape(value) if value else '<em>(not stated)</em>'}</dd>")
-    parts.append("</dl>")
+    reasoning = "the Chain of Empathy" if response.has_chain else "the language model"
+    if response.has_chain:
+        parts.append("<h2>Chain of Empathy</h2><dl class=chain>")
+        for field, title in _CHAIN_TITLES:
+            value = getattr(response.chain, field, None)
+            parts.append(f"<dt>{escape(title)}</dt><dd>{escape(value) if value else '<em>(not stated)</em>'}</dd>")
+        parts.append("</dl>")
+    else:
+        named = escape(response.chain.speaker_emotion or "(none)")
+        parts.append(f"<h2>Reasoning</h2><p>{system} has no Chain of Empathy; it wrote the speaker's emotion: "
+                     f"<strong>{named}</strong>.</p>")
     if response.chain_emotion is not None:
-        parts.append("<h2>Predicted emotion of the speaker</h2><p>As the Chain of Empathy weighs it "
+        parts.append(f"<h2>Predicted emotion of the speaker</h2><p>As {reasoning} weighs it "
                      f"(the {min(_TOP, len(response.chain_emotion.probabilities))} most likely of "
                      f"{len(response.chain_emotion.probabilities)} labels):</p>")
         parts.append(_probability_table(response.chain_emotion, _TOP))
-        parts.append("<h2>Emotion of the answer's voice and face</h2><p>The Style Disentangler's class:</p>")
+        parts.append("<h2>Emotion of the answer's voice and face</h2>"
+                     f"<p>The class of {escape(response.emotion_source)}:</p>")
     else:
         parts.append("<h2>Predicted emotion</h2>")
     parts.append(_probability_table(response.emotion))

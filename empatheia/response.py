@@ -73,6 +73,13 @@ class EmpatheticResponse:
     avatar renderer's emotion mix and intensity)."""
     avatar_profile: Optional[Dict[str, object]] = None
     """The profile (age, gender, timbre) of the avatar that spoke."""
+    system: str = "Empatheia"
+    """The system that answered, as a person reads its name (docs/variants.md)."""
+    emotion_source: str = "the Style Disentangler (from the signal tokens)"
+    """What chose :attr:`emotion`, the class that styles the voice and the face."""
+    has_chain: bool = True
+    """Whether the system reasons with a Chain of Empathy (the pipeline baseline writes only
+    its emotion)."""
 
     def style_agreement(self) -> Optional[str]:
         """A sentence saying how the Style Disentangler's emotion, which styles the voice
@@ -90,14 +97,14 @@ class EmpatheticResponse:
         if folded == self.emotion.label:
             return f"The chain's emotion ({named}) and the voice and face's ({self.emotion.label}) agree."
         return (
-            f"The chain names {named} ({folded}), while the Style Disentangler, which styles the voice and face, "
-            f"reads {self.emotion.label}: two readings of the same dialogue (the chain's from the words it wrote, "
-            "the Style Disentangler's from the signal tokens) that disagree here."
+            f"The chain names {named} ({folded}), while {self.emotion_source}, which styles the voice and face, "
+            f"reads {self.emotion.label}: two readings of the same dialogue that disagree here."
         )
 
     def to_dict(self) -> dict:
         return {
             "dialogue_id": self.dialogue_id,
+            "system": self.system,
             "text": self.text,
             "chain_of_empathy": self.chain.to_dict(),
             "emotion": self.emotion.to_dict(),

@@ -343,3 +343,20 @@ def test_train_pipeline_then_export_and_load_its_core(tmp_path, capsys):
     assert a.generated_text == b.generated_text
     with pytest.raises(SystemExit, match="training-free"):
         main(["train", "--system", "e3rg"])
+
+
+def test_each_systems_page_says_who_answered_and_how_it_reasoned(tiny_pipeline, model, tmp_path):
+    from empatheia.page import response_page
+
+    dialogue = make_dialogue(3, audio=False, video=False)
+    pipeline_page = response_page(tiny_pipeline.respond(dialogue, max_new_tokens=8), dialogue)
+    assert "<h1>Pipeline baseline response</h1>" in pipeline_page and "Chain of Empathy</h2>" not in pipeline_page
+    assert "has no Chain of Empathy" in pipeline_page
+    e3rg = _e3rg(model, [FixedReader("text", {"angry": 1.0})], weights={"chain": 0.0, "text": 1.0})
+    response = e3rg.respond(dialogue, max_new_tokens=8)
+    page = response_page(response, dialogue)
+    assert "<h1>E3RG response</h1>" in page and "Chain of Empathy</h2>" in page
+    assert response.to_dict()["system"] == "E3RG"
+    assert "Style Disentangler" not in page
+    response.chain.speaker_emotion, response.chain_emotion = "lonely", None  # sad, against the vote's angry
+    assert "while the vote of its emotion readers, which styles the voice and face, reads angry" in response.style_agreement()

@@ -66,12 +66,14 @@ class E3RGSystem(VariantSystem):
         """The :class:`~empatheia.variants.vote.VoteResult` of each dialogue of the last call."""
 
     def avatars(self):
-        """The memory's avatars: identities that last across sessions."""
+        """The memory's avatars: identities that last across sessions, each speaking in
+        its own voice (a user's audio is never a voice here)."""
         return self.memory.avatars
 
     def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p) -> List[EmpatheticResponse]:
         prompts = [self.memory.with_recalled(d, self.recall) for d in items]
-        # The language core's answer with its chain; its heads' features are not used.
+        # The language core's answer with its chain; its second pass gives the chain
+        # emotion's probabilities (the chain's vote), and its heads' features go unused.
         answers = self.model.respond(prompts, max_new_tokens, do_sample, temperature, top_p)
         speech_content, video_content = no_content(self.model.config)
         responses, votes = [], []
@@ -88,6 +90,7 @@ class E3RGSystem(VariantSystem):
             # The vote decides the class that styles the voice and the face; the fine
             # emotion stays the one the chain wrote.
             answer.emotion = LabelPrediction(vote.label, vote.probabilities)
+            answer.system, answer.emotion_source = "E3RG", "the vote of its emotion readers"
             answer.speech_content, answer.video_content = speech_content, video_content
             answer.speech_style, answer.video_style = speech_style, video_style
             answer.profile = {}
@@ -108,8 +111,3 @@ class E3RGSystem(VariantSystem):
             return {fold_emotion(named): 1.0} if named else None
         except UnknownEmotionError:
             return None
-
-    def avatar_for(self, dialogue: Dialogue, response: EmpatheticResponse):
-        """The listener's avatar as the memory keeps it: the same portrait and voice in
-        every session (never the user's voice: a user's audio is never a voice here)."""
-        return self.memory.avatars.for_profile(dialogue.listener_profile)

@@ -31,6 +31,9 @@ from .styles import StyleTable
 PIPELINE_WEIGHTS = "pipeline_core.safetensors"
 """The pipeline's trained language-model adapter, beside a preset's shipped weights."""
 PIPELINE_STYLES = "pipeline_styles.json"
+EMOTION_STEP_LIMIT = 12
+"""The meta-response starts with ``Emotion:``: its emotion is written within this many
+generated tokens, or the text does not follow the format."""
 """The pipeline's emotion -> style table, beside a preset's shipped weights."""
 
 
@@ -62,7 +65,7 @@ class PipelineSystem(VariantSystem):
 
     def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p) -> List[EmpatheticResponse]:
         written = self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                           reserve_signals=False, scores=True)
+                                           reserve_signals=False, score_steps=EMOTION_STEP_LIMIT)
         steps = self._emotion_steps(written.sequences)
         speech_content, video_content = no_content(self.model.config)
         responses = []
@@ -92,10 +95,13 @@ class PipelineSystem(VariantSystem):
                 video_style=video_style,
                 dialogue_id=dialogue.id,
                 generated_text=text,
+                system="Pipeline baseline",
+                emotion_source="the emotion it wrote",
+                has_chain=False,
             ))
         return responses
 
-    def avatar_for(self, dialogue: Dialogue, response: EmpatheticResponse):
+    def _avatar_for(self, dialogue: Dialogue, response: EmpatheticResponse):
         """The dialogue's listener profile where it gives one, else what the model wrote."""
         written = {k: p.label for k, p in response.profile.items()}
         return self.avatars().for_profile({**written, **(dialogue.listener_profile or {})} or None)
@@ -122,7 +128,7 @@ class PipelineSystem(VariantSystem):
         tokenizer = self.model.tokenizer
         for row in sequences.tolist():
             found = None
-            for k in range(1, min(len(row), 12)):
+            for k in range(1, min(len(row), EMOTION_STEP_LIMIT)):
                 if tokenizer.decode(row[:k], skip_special_tokens=True).strip() == f"{META_EMOTION}:":
                     found = k
                     break

@@ -24,7 +24,6 @@ ships (``training/fit_emotion_readers.py`` writes them).
 from __future__ import annotations
 
 import importlib.resources
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Protocol, Sequence, Union, runtime_checkable
 
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from ..evaluation.baselines import BagOfWordsEmotion
+from ..io import atomic_path, read_json, write_json
 from ..labels import EMOTION_LABELS, fold_emotion
 
 if TYPE_CHECKING:
@@ -91,23 +91,31 @@ def speaker_text(dialogue: "Dialogue") -> str:
     return " ".join(turn.text for turn in dialogue.turns if turn.role == "speaker" and turn.text.strip())
 
 
-def _save_tensors(tensors: Dict[str, torch.Tensor], path: Path) -> None:
+def _save_parts(directory: PathLike, files: Sequence[str], tensors: Dict[str, torch.Tensor], meta: dict,
+                indent: Optional[int] = 1) -> Path:
+    """A fitted reader as ``files``: its tensors (safetensors) and its settings (JSON),
+    each written whole then renamed."""
     from safetensors.torch import save_file
 
-    save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, str(path))
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with atomic_path(directory / files[0]) as temporary:
+        save_file({name: tensor.contiguous() for name, tensor in tensors.items()}, str(temporary))
+    write_json(directory / files[1], meta, indent=indent)
+    return directory
 
 
-def _load_tensors(path: Path) -> Dict[str, torch.Tensor]:
+def _load_parts(directory: PathLike, files: Sequence[str]) -> "tuple[dict, Dict[str, torch.Tensor]]":
+    """``(settings, tensors)`` of what :func:`_save_parts` wrote; tensors in float32 (half
+    precision storage only saves space)."""
     from safetensors.torch import load_file
 
-    # Half-precision storage only saves space; arithmetic is done in float32.
-    return {name: tensor.to(torch.float32) for name, tensor in load_file(str(path)).items()}
-
-
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found")
-    return json.loads(path.read_text(encoding="utf-8"))
+    directory = Path(directory)
+    for name in files:
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory / name} not found")
+    tensors = {name: tensor.to(torch.float32) for name, tensor in load_file(str(directory / files[0])).items()}
+    return read_json(directory / files[1]), tensors
 
 
 # ---------------------------------------------------------------------- text
@@ -172,10 +180,7 @@ class TextEmotionReader:
     def save(self, directory: PathLike, dtype: torch.dtype = torch.float16) -> Path:
         """Write the two files into ``directory``; ``dtype`` is the weights' storage type
         (half precision halves the files; check predictions after a round trip)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         model = self.model
-        _save_tensors({"idf": model._idf.to(torch.float32), "weights": model._weights.to(dtype)}, directory / self.FILES[0])
         vocabulary = sorted(model.vocabulary, key=model.vocabulary.__getitem__)
         meta = {
             "labels": list(model.labels),
@@ -185,14 +190,12 @@ class TextEmotionReader:
             "l2": model.l2,
             "max_iterations": model.max_iterations,
         }
-        (directory / self.FILES[1]).write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-        return directory
+        tensors = {"idf": model._idf.to(torch.float32), "weights": model._weights.to(dtype)}
+        return _save_parts(directory, self.FILES, tensors, meta, indent=None)
 
     @classmethod
     def load(cls, directory: PathLike) -> "TextEmotionReader":
-        directory = Path(directory)
-        meta = _read_json(directory / cls.FILES[1])
-        tensors = _load_tensors(directory / cls.FILES[0])
+        meta, tensors = _load_parts(directory, cls.FILES)
         vocabulary = {gram: i for i, gram in enumerate(meta["vocabulary"])}
         weights, idf = tensors["weights"], tensors["idf"]
         if idf.shape != (len(vocabulary),) or weights.shape != (len(vocabulary) + 1, len(meta["labels"])):
@@ -420,18 +423,12 @@ class ProsodyEmotionReader:
         return self.read_waveform(turn_waveform(turn, self.sample_rate), self.sample_rate)
 
     def save(self, directory: PathLike) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        _save_tensors({"mean": self.mean, "std": self.std, "weights": self.weights}, directory / self.FILES[0])
         meta = {"labels": self.labels, "features": list(self.features), "l2": self.l2, "sample_rate": self.sample_rate}
-        (directory / self.FILES[1]).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        return directory
+        return _save_parts(directory, self.FILES, {"mean": self.mean, "std": self.std, "weights": self.weights}, meta)
 
     @classmethod
     def load(cls, directory: PathLike) -> "ProsodyEmotionReader":
-        directory = Path(directory)
-        meta = _read_json(directory / cls.FILES[1])
-        tensors = _load_tensors(directory / cls.FILES[0])
+        meta, tensors = _load_parts(directory, cls.FILES)
         if tuple(meta["features"]) != PROSODY_FEATURES:
             raise ValueError(f"{directory}: the reader was fitted on features {meta['features']}, "
                              f"this code measures {list(PROSODY_FEATURES)}")
