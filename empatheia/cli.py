@@ -299,6 +299,29 @@ def variants_export_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def variants_mcoe(args: argparse.Namespace) -> int:
+    """``empatheia variants mcoe``: each dialogue's multimodal chain, by id, as JSONL."""
+    from .data import read_dataset
+    from .errors import DataError
+    from .variants.mcoe import build_mcoe_targets, save_mcoe_targets
+
+    try:
+        corpus = read_dataset(args.data, format=args.format, media_root=args.media_root, require_media=False)
+        if args.model is not None:
+            from .variants.meria import write_chains
+            from .variants.models import load_variant_model
+
+            progress(f"loading MERIA from {args.model}")
+            chains = write_chains(load_variant_model(args.model), corpus.dialogues, args.batch_size)
+        else:
+            chains = build_mcoe_targets(corpus.dialogues)
+    except (DataError, FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"error: {error}")
+    save_mcoe_targets(chains, args.out)
+    print(json.dumps({"out": str(args.out), "chains": len(chains), "source": "model" if args.model else "readers"}))
+    return 0
+
+
 def _emotion_of(word: str) -> Optional[str]:
     """The class a word of a clip's file name names (``fearful`` -> fear), or ``None``."""
     from .labels import UnknownEmotionError, fold_emotion
@@ -318,6 +341,10 @@ def train(args: argparse.Namespace) -> int:
     if args.system == "e3rg":
         raise SystemExit("error: e3rg is training-free; its emotion readers are fitted with "
                          "python -m empatheia.recipes.fit_emotion_readers (docs/variants.md)")
+    if args.system in ("meria", "early_fusion"):
+        first = "meria_pdr" if args.system == "meria" else "early_fusion_joint"
+        raise SystemExit(f"error: {args.system} trains in stages, each its own config: run "
+                         f"configs/train/{first}.yaml and the next ones in order, without --system (docs/variants.md)")
     if args.system == "pipeline":
         if config is not None:
             raise SystemExit("error: --system pipeline runs the packaged configs/train/pipeline_text.yaml; "
@@ -455,6 +482,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with clips: the table whose rows stand in for classes no clip shows (default: measured now)")
     add_set_argument(p, "override a key of --preset's model config by its dotted name")
     p.set_defaults(run=variants_styles)
+    p = variants.add_parser("mcoe", help="MERIA: build the multimodal chains (M-CoE) of a dataset with the emotion readers, "
+                                         "or write them with a trained M-CoE LLM")
+    p.add_argument("data", type=Path, metavar="DATA", help="any dataset file `data check` reads")
+    p.add_argument("--out", type=Path, required=True, metavar="FILE.jsonl")
+    p.add_argument("--media-root", type=Path)
+    p.add_argument("--format", default="auto")
+    p.add_argument("--model", type=Path, metavar="MODEL_DIR",
+                   help="a trained MERIA (meria_mcoe's output): its M-CoE LLM writes the chains the Response LLM "
+                        "trains on, as the paper does; without it, the targets come from the readers and the data")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.set_defaults(run=variants_mcoe)
     p = variants.add_parser("export-pipeline", help="write a trained pipeline's language-model adapter as a preset ships it")
     p.add_argument("model", type=Path, metavar="MODEL_DIR", help="the pipeline_text run's final/ (or output folder)")
     p.add_argument("--out", type=Path, required=True, metavar="FILE.safetensors",

@@ -150,6 +150,10 @@ class LanguageModelConfig:
     step (``EmpatheticResponse.chain_emotion``): each label's first token, renormalised
     over the labels, so the labels' first tokens must differ."""
     lora: LoraSettings = field(default_factory=LoraSettings)
+    load_in_4bit: bool = False
+    """Load the pretrained base weights in 4 bits (NF4 with double quantization, float16
+    compute) and train LoRA over them: QLoRA, as the early-fusion paper did. It needs a
+    CUDA GPU and ``bitsandbytes``."""
 
 
 @dataclass

@@ -97,7 +97,9 @@ def build_language_model(
 ) -> PeftModel:
     """The causal LM with room for the new tokens and a LoRA adapter whose trainable parts
     are the LoRA matrices and the signal tokens' embedding and LM-head rows."""
-    if config.pretrained:
+    if config.load_in_4bit:
+        model = _load_4bit(config)
+    elif config.pretrained:
         source = converted_gguf_model(config) if config.gguf_file else resolve_pretrained(config.pretrained)
         model = AutoModelForCausalLM.from_pretrained(str(source), dtype=dtype)
     else:
@@ -111,7 +113,7 @@ def build_language_model(
         )
     # A GGUF checkpoint leaves a quantizer behind even though the weights are dequantised;
     # peft and save_pretrained refuse such a model.
-    if getattr(model, "hf_quantizer", None) is not None:
+    if getattr(model, "hf_quantizer", None) is not None and not config.load_in_4bit:
         model.hf_quantizer = None
         model.config.quantization_config = None
         model.is_quantized = False
@@ -147,6 +149,28 @@ def build_language_model(
     for adapter in peft_model.peft_config.values():
         adapter.base_model_name_or_path = None
     return peft_model
+
+
+def _load_4bit(config: LanguageModelConfig):
+    """The pretrained model quantised to 4 bits for QLoRA (``language_model.load_in_4bit``),
+    ready for k-bit training; a clear error where that cannot run."""
+    import importlib.util
+
+    if not config.pretrained:
+        raise ValueError("language_model.load_in_4bit quantises pretrained weights; language_model.pretrained is null")
+    if not torch.cuda.is_available():
+        raise ValueError("language_model.load_in_4bit needs a CUDA GPU (bitsandbytes' 4-bit kernels); none is visible")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ValueError("language_model.load_in_4bit needs bitsandbytes: pip install bitsandbytes")
+    from peft import prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig
+
+    source = converted_gguf_model(config) if config.gguf_file else resolve_pretrained(config.pretrained)
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                      bnb_4bit_compute_dtype=torch.float16)
+    model = AutoModelForCausalLM.from_pretrained(str(source), quantization_config=quantization,
+                                                 device_map={"": torch.cuda.current_device()})
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
 # ---------------------------------------------------------------------- adapter files

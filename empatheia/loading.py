@@ -53,14 +53,15 @@ def load_model(args: argparse.Namespace) -> "Empatheia":
 def load_system(args: argparse.Namespace):
     """The system of ``--system`` (default ``empatheia``: :func:`load_model`'s model), built
     from the same ``--preset``/``--checkpoint``, ``--set``, ``--dtype`` and ``--device``:
-    ``pipeline`` (the paper's pipeline baseline) or ``e3rg`` (training-free E3RG over the
-    trained model), with ``--styles`` and ``--memory`` where given. See docs/variants.md."""
+    ``pipeline`` (the paper's pipeline baseline), ``e3rg`` (training-free E3RG over the
+    trained model), ``meria`` or ``early_fusion`` (their trained parts, from
+    ``--checkpoint``), with ``--styles`` and ``--memory`` where given. See docs/variants.md."""
     name = getattr(args, "system", None) or "empatheia"
     if name == "empatheia":
         return load_model(args)
     import torch
 
-    from .variants.build import build_e3rg, build_pipeline
+    from .variants.build import build_e3rg, build_pipeline, build_trained_variant
 
     try:
         if name == "pipeline":
@@ -74,6 +75,13 @@ def load_system(args: argparse.Namespace):
             model = load_model(args)
             progress("building E3RG over it (emotion readers, bank, memory)")
             return build_e3rg(model, getattr(args, "styles", None), getattr(args, "memory", None), progress=progress)
+        if name in ("meria", "early_fusion"):
+            progress(f"building {name} ({args.checkpoint or args.preset})")
+            return build_trained_variant(
+                name, preset=args.preset, checkpoint=args.checkpoint, overrides=model_overrides(args),
+                dtype=getattr(torch, args.dtype) if args.dtype else None, styles=getattr(args, "styles", None),
+                device=args.device, progress=progress,
+            )
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"error: {error}")
     raise SystemExit(f"error: unknown system {name!r}")
@@ -84,9 +92,10 @@ def system_arguments(p: argparse.ArgumentParser) -> None:
     from .variants import SYSTEMS
 
     p.add_argument("--system", choices=SYSTEMS, default="empatheia",
-                   help="empatheia (default), pipeline (the paper's pipeline baseline) or e3rg (training-free E3RG)")
+                   help="empatheia (default), pipeline (the paper's pipeline baseline), e3rg (training-free E3RG), "
+                        "meria or early_fusion (their trained parts from --checkpoint)")
     p.add_argument("--styles", type=Path, metavar="TABLE.json",
-                   help="pipeline / e3rg: the emotion -> style table (default: the preset's, or measured on the generators)")
+                   help="the variants: the emotion -> style table (default: the preset's, or measured on the generators)")
     p.add_argument("--memory", type=Path, metavar="DIR",
                    help="e3rg: folder of its memory (avatars, users' earlier turns), kept across sessions "
                         "(default: this process only)")

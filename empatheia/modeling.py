@@ -538,24 +538,38 @@ class Empatheia(nn.Module, Responder):
         top_p: float = 0.9,
         reserve_signals: bool = True,
         score_steps: int = 0,
+        prefix: Optional[torch.Tensor] = None,
+        notes: Optional[Sequence[Optional[str]]] = None,
     ) -> GeneratedText:
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
         signal tokens. The logits ``(B, V)`` of the first ``score_steps`` generated steps
         are kept too (only those: every step's would hold ``steps x B x V`` floats). ``reserve_signals`` keeps room in ``max_length`` for the signal tokens a
-        second pass appends."""
+        second pass appends.
+
+        The variants of :mod:`empatheia.variants.prefix` give ``prefix`` ``(B, k, H)``,
+        virtual tokens read before each prompt (kept free in ``max_length`` too), and
+        ``notes``, one text per dialogue that the prompt carries after the dialogue."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
-        prompts = [self.processor.encode(d, mode, reserve=reserve) for d in items]
+        reserve += prefix.shape[1] if prefix is not None else 0
+        notes = list(notes) if notes is not None else [None] * len(items)
+        prompts = [self.processor.encode(d, mode, reserve=reserve, notes=n) for d, n in zip(items, notes)]
         batch = _to(self.processor.collate(prompts, padding_side="left"), self.device)
         media = self.encode_media(batch)
         embeddings = self.embed_inputs(batch["input_ids"], *media)
+        attention_mask = batch["attention_mask"]
+        if prefix is not None:
+            # Before the left padding: masked out, padding leaves the prefix's positions
+            # and the prompt's right after it, as in training.
+            embeddings = torch.cat([prefix.to(embeddings.dtype), embeddings], dim=1)
+            attention_mask = torch.cat([attention_mask.new_ones(prefix.shape[:2]), attention_mask], dim=1)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
         output = self.language_model.generate(
             inputs_embeds=embeddings,
-            attention_mask=batch["attention_mask"],
+            attention_mask=attention_mask,
             max_new_tokens=max_new_tokens,
             # Stop at the end of the text or where the model starts its signal tokens:
             # those are appended by the signal pass rather than decoded one by one.
@@ -735,6 +749,12 @@ class Empatheia(nn.Module, Responder):
         parts = {k: v for k, v in state.items() if not k.startswith(_LM_PREFIX)}
         save_file(parts, str(directory / WEIGHTS_NAME), metadata={"format": "empatheia", "version": WEIGHTS_VERSION})
         return directory
+
+    @staticmethod
+    def read_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
+        """The trained parts saved at ``path`` (:func:`load_trained_state`), for
+        :meth:`load_trained_state_dict`; what the training loop resumes from."""
+        return load_trained_state(path)
 
     @classmethod
     def from_pretrained(

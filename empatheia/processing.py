@@ -46,7 +46,8 @@ class MediaLookup(Protocol):
 class Target:
     """What follows the prompt. ``chain`` and ``response`` are used in TEXT and FULL
     modes; ``emotion``, ``profile`` and ``response`` in PIPELINE mode (the meta-response,
-    :func:`~empatheia.prompts.meta_text`); ``signals`` appends the ``<AUDi>``/``<VIDi>``
+    :func:`~empatheia.prompts.meta_text`); ``text`` in MCOE mode (the multimodal chain,
+    written by :mod:`empatheia.variants.mcoe`); ``signals`` appends the ``<AUDi>``/``<VIDi>``
     tokens; ``eos`` ends the text."""
 
     response: Optional[str] = None
@@ -55,12 +56,16 @@ class Target:
     eos: bool = True
     emotion: Optional[str] = None
     profile: Optional[Dict[str, str]] = None
+    text: Optional[str] = None
 
     @classmethod
     def for_mode(cls, dialogue: Dialogue, mode: PromptMode) -> "Target":
         """The training target of a stage's layout, from the dialogue's gold fields."""
         if mode is PromptMode.STYLE:
             return cls(signals=True)
+        if mode is PromptMode.MCOE:
+            raise ValueError("the MCOE layout's target is the multimodal chain, which the dialogue does not hold; "
+                             "build it with empatheia.variants.mcoe")
         if not dialogue.response:
             raise ValueError(f"dialogue {dialogue.id}: has no gold response to train on")
         if mode is PromptMode.PIPELINE:
@@ -126,8 +131,8 @@ class EmpatheiaProcessor:
         self.signal_text = "".join(audio_signal_tokens(n) + video_signal_tokens(n))
 
     # ------------------------------------------------------------------ text
-    def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0) -> str:
-        user = user_message(context_lines(dialogue.turns[first_turn:], mode), mode)
+    def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0, notes: Optional[str] = None) -> str:
+        user = user_message(context_lines(dialogue.turns[first_turn:], mode), mode, notes)
         layout = self.config.language_model.prompt_format
         system = system_prompt(mode)
         if layout == "vicuna":
@@ -156,12 +161,14 @@ class EmpatheiaProcessor:
             text = meta_text(target.emotion, target.profile)
             if target.emotion:
                 emotion_at = len(META_EMOTION) + 1
+        elif mode is PromptMode.MCOE:
+            text = target.text or ""
         elif mode is not PromptMode.STYLE:
             text = chain_text(target.chain)
             if target.chain is not None and target.chain.speaker_emotion:
                 marker = f"{_EMOTION_STEP}:"
                 emotion_at = text.find(marker) + len(marker)
-        if mode is not PromptMode.STYLE:
+        if mode not in (PromptMode.STYLE, PromptMode.MCOE):
             start = len(text)
             text += (target.response or "").strip()
             end = len(text)
@@ -197,13 +204,15 @@ class EmpatheiaProcessor:
         first_turn: Optional[int] = None,
         load_media: bool = True,
         media_cache: Optional[MediaLookup] = None,
+        notes: Optional[str] = None,
     ) -> EncodedExample:
         """Encode one dialogue. When prompt + target (+ ``reserve`` tokens kept free for
         generation) exceed ``max_length``, the oldest turns are dropped first; if even the
         last turn does not fit, that is an error: the target is never cut. ``first_turn``
         fixes the kept turns instead. ``load_media=False`` leaves the media unread, for a
         caller that already holds their features; with ``media_cache`` a file whose
-        encoder output is cached is not read at all."""
+        encoder output is cached is not read at all. ``notes`` follow the dialogue in the
+        prompt (:func:`~empatheia.prompts.user_message`)."""
         max_length = self.config.language_model.max_length
         if target is not None:
             target_ids, response_mask, emotion_slot, response_chars = self._target_ids(target, mode)
@@ -213,7 +222,7 @@ class EmpatheiaProcessor:
             response_chars = 0
         candidates = [first_turn] if first_turn is not None else range(len(dialogue.turns))
         for start in candidates:
-            prompt_ids = self._prompt_ids(self.prompt_text(dialogue, mode, start))
+            prompt_ids = self._prompt_ids(self.prompt_text(dialogue, mode, start, notes))
             total = len(prompt_ids) + len(target_ids) + reserve
             if first_turn is not None or total <= max_length:
                 break
@@ -229,9 +238,9 @@ class EmpatheiaProcessor:
         for index in range(start, len(dialogue.turns)) if use_media else ():
             turn = dialogue.turns[index]
             if turn.audio is not None:
-                audio.append(self._media(turn.audio, "audio", dialogue, index, media_cache))
+                audio.append(self.turn_media(dialogue, index, "audio", media_cache))
             if turn.video is not None:
-                video.append(self._media(turn.video, "video", dialogue, index, media_cache))
+                video.append(self.turn_media(dialogue, index, "video", media_cache))
         return EncodedExample(
             input_ids=torch.cat([prompt_ids, target_ids]),
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),
@@ -243,11 +252,12 @@ class EmpatheiaProcessor:
             video=video,
         )
 
-    def _media(self, source, modality: str, dialogue: Dialogue, index: int, cache: Optional[MediaLookup]) -> MediaItem:
-        """One turn's audio or video: cached features when the cache has the file, else
-        the encoder input. A bad file is a :class:`DataError` naming it, the dialogue and
-        the turn."""
+    def turn_media(self, dialogue: Dialogue, index: int, modality: str, cache: Optional[MediaLookup] = None) -> MediaItem:
+        """Turn ``index``'s ``audio`` or ``video``: cached features when the cache has the
+        file, else the encoder input. A bad file is a :class:`DataError` naming it, the
+        dialogue and the turn."""
         turn = dialogue.turns[index]
+        source = getattr(turn, modality)
         try:
             key = None
             if isinstance(source, (str, Path)):

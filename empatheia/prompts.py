@@ -44,6 +44,14 @@ PIPELINE_TASK = (
 )
 
 
+# MERIA's M-CoE LLM (shared/papers/000, §3.3) reads the dialogue after soft prompts of the
+# user's face, voice and words, and writes what it observes in each before the chain.
+MCOE_TASK = (
+    "Describe what the speaker's face and voice show, with the emotion each suggests and how sure you are; "
+    "then reason through the steps of the chain of empathy for the dialogue below."
+)
+
+
 class PromptMode(str, Enum):
     """Which input layout of Appendix D.1 a prompt uses."""
 
@@ -55,7 +63,11 @@ class PromptMode(str, Enum):
     """Stage 4 and inference: texts with placeholders, chain + response + signal tokens."""
     PIPELINE = "pipeline"
     """The pipeline baseline (Appendix E.2): turn texts only, a meta-response target (the
-    emotion and profile written out, then the response), no chain, no signal tokens."""
+    emotion and profile written out, then the response), no chain, no signal tokens. Early
+    fusion and MERIA's Response LLM write the same target."""
+    MCOE = "mcoe"
+    """MERIA's M-CoE LLM: turn texts only (the media come as soft prompts), the multimodal
+    chain as target (:mod:`empatheia.variants.mcoe`)."""
 
     @property
     def reads_text(self) -> bool:
@@ -169,10 +181,13 @@ def context_lines(turns: Sequence[TurnLike], mode: PromptMode) -> List[str]:
     return lines
 
 
-def user_message(lines: List[str], mode: PromptMode) -> str:
+def user_message(lines: List[str], mode: PromptMode, notes: Optional[str] = None) -> str:
+    """The task, the dialogue's lines and, where given, ``notes`` after them (MERIA's
+    Response LLM reads the multimodal chain there)."""
     task = {PromptMode.TEXT: TEXT_TASK, PromptMode.STYLE: STYLE_TASK, PromptMode.FULL: FULL_TASK,
-            PromptMode.PIPELINE: PIPELINE_TASK}[mode]
-    return f"{task}\n\nDialogue context:\n" + "\n".join(lines)
+            PromptMode.PIPELINE: PIPELINE_TASK, PromptMode.MCOE: MCOE_TASK}[mode]
+    message = f"{task}\n\nDialogue context:\n" + "\n".join(lines)
+    return f"{message}\n\n{notes.strip()}" if notes and notes.strip() else message
 
 
 def system_prompt(mode: PromptMode) -> str:

@@ -19,7 +19,9 @@ stage  name                trains                                 layout     los
 
 The field's other systems add their own (:data:`VARIANT_STAGES`, by name): the pipeline
 baseline's ``pipeline_text`` trains the LoRA on the meta-response layout (``pipeline``),
-with L_emp alone.
+with L_emp alone; MERIA's three (``meria_pdr``, ``meria_mcoe``, ``meria_response``) and
+early fusion's two (``early_fusion_joint``, ``early_fusion_text``) train models of their
+own (:attr:`Stage.system`).
 
 This module sits below the model, the processor and the data pipeline: it imports only the
 prompt layouts.
@@ -79,6 +81,13 @@ SAC = Objective(
 )
 
 
+PDR = Objective("pdr", "MERIA eq. 1", ())
+"""MERIA's disentanglement loss over the user's utterance features (its batch keys are the
+variant's own, :mod:`empatheia.variants.prefix`)."""
+JOINT = Objective("joint", "InfoNCE (ImageBind)", ())
+"""Early fusion's contrastive loss binding the modalities' embeddings."""
+
+
 @dataclass(frozen=True)
 class Term:
     """One summand of a stage's loss: the model's ``losses`` added up, times the
@@ -112,6 +121,10 @@ class Stage:
     objectives: Tuple[Objective, ...]
     terms: Tuple[Term, ...]
     """The summands of its loss, in the order they are added."""
+    system: str = "empatheia"
+    """The system whose model trains in it: ``empatheia`` (and the pipeline baseline, whose
+    model is Empatheia's) or a variant with a model of its own (``meria``,
+    ``early_fusion``; :mod:`empatheia.variants.prefix`)."""
 
     def computes(self, objective: Objective) -> bool:
         return objective in self.objectives
@@ -162,7 +175,9 @@ class Stage:
     @property
     def starts_from_preset(self) -> bool:
         """A first stage (1, or a variant's only stage) starts from the preset's pretrained
-        parts; every later stage from a trained model (the previous stage's output)."""
+        parts; every later stage from a trained model (the previous stage's output). (A
+        variant with ablations decides for itself: MERIA without its PDR starts its M-CoE
+        stage from the preset.)"""
         return self.number == 1
 
 
@@ -196,6 +211,23 @@ VARIANT_STAGES: Dict[str, Stage] = {
         # systems differ in what they are, not in how the emotion token is weighted.
         Stage(1, "pipeline_text", "pipeline baseline text tuning (Appendix E.2)", ("lora",), PromptMode.PIPELINE, (EMP,),
               (Term("emp", ("loss_emp",)), _CHAIN_EMOTION)),
+        # MERIA (MM'25, shared/papers/000): the PDR's eight beta-VAE encoders alone on the
+        # user's utterance features (eq. 1), then the M-CoE LLM (LoRA and the soft-prompt
+        # MLPs) writing the multimodal chain, then the Response LLM (a second LoRA) writing
+        # the emotion and reply from that chain.
+        Stage(1, "meria_pdr", "MERIA parallel disentangled representation (eq. 1)", ("pdr",), PromptMode.MCOE,
+              (PDR,), (Term("pdr", ("loss_pdr",)),), system="meria"),
+        Stage(2, "meria_mcoe", "MERIA M-CoE LLM with soft prompts (§3.3)", ("lora", "soft_prompts"), PromptMode.MCOE,
+              (EMP,), (Term("emp", ("loss_emp",)),), system="meria"),
+        Stage(3, "meria_response", "MERIA Response LLM (§3.3)", ("response_lora",), PromptMode.PIPELINE,
+              (EMP,), (Term("emp", ("loss_emp",)),), system="meria"),
+        # Early fusion (shared/papers/003): a joint embedding of the user's text, speech and
+        # face, learnt contrastively as ImageBind's is, then LoRA and the projector that
+        # prepends it to the prompt.
+        Stage(1, "early_fusion_joint", "early fusion joint embedding (contrastive)", ("joint_embedding",),
+              PromptMode.PIPELINE, (JOINT,), (Term("joint", ("loss_joint",)),), system="early_fusion"),
+        Stage(2, "early_fusion_text", "early fusion LoRA with the prepended joint embedding", ("lora", "soft_prompts"),
+              PromptMode.PIPELINE, (EMP,), (Term("emp", ("loss_emp",)),), system="early_fusion"),
     )
 }
 """Stages of the field's other systems (docs/variants.md), by name."""

@@ -129,10 +129,14 @@ def test_a_failing_system_is_named_and_the_finished_ones_keep_their_folders(comp
 
 
 def test_an_unknown_system_is_a_clear_error_listing_the_known_ones(tmp_path):
-    with pytest.raises(SystemExit, match=r"unknown system\(s\) 'e4rg'; known: empatheia, pipeline, e3rg"):
+    with pytest.raises(SystemExit, match=r"unknown system 'e4rg' in 'e4rg'; known: empatheia, pipeline, e3rg, meria"):
         compare(tmp_path / "out", systems=["empatheia", "e4rg"])
     with pytest.raises(SystemExit, match="more than once"):
         compare(tmp_path / "out", systems=["pipeline", "pipeline"])
+    with pytest.raises(SystemExit, match="more than once"):  # rows of one system need tags of their own
+        compare(tmp_path / "out", systems=["meria:a=x", "meria:a=y"])
+    with pytest.raises(SystemExit, match="SYSTEM:TAG"):
+        compare(tmp_path / "out", systems=["meria:"])
     assert not (tmp_path / "out").exists()
 
 

@@ -26,7 +26,14 @@ from empatheia.training import TrainConfig, TrainResult, build_stage_data, label
 def run(config: TrainConfig, resume: bool = False) -> TrainResult:
     """Train ``config.stage`` as ``config`` says; with ``resume``, from the newest
     checkpoint in ``config.output_dir``."""
-    model = start_model(config, require_init=not get_stage(config.stage).starts_from_preset)
+    stage = get_stage(config.stage)
+    if stage.system != "empatheia":
+        # MERIA and early fusion train models of their own (docs/variants.md).
+        from empatheia.variants.models import start_variant_model, variant_stage_data
+
+        model = start_variant_model(config)
+        return train(config, model, variant_stage_data(config, model), resume)
+    model = start_model(config, require_init=not stage.starts_from_preset)
     labels = label_sets(config, model.label_sets())
     if config.data.labels is not None:
         model.set_label_sets(labels)

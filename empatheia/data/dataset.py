@@ -138,6 +138,10 @@ class StageDataset(Dataset):
         """The stage's prompt layout."""
         return self.stage.layout
 
+    def collator(self) -> "StageCollator":
+        """What batches its examples (the training loop asks each dataset)."""
+        return StageCollator(self.processor)
+
     def __len__(self) -> int:
         return len(self.dialogues) + len(self.text_dialogues)
 

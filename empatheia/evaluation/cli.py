@@ -257,11 +257,13 @@ def run_compare(args: argparse.Namespace) -> int:
     scoring = score_options(args)
     fine_labels = load_labels(args.fine_labels)
 
-    def run_system(system: str, folder: Path):
-        progress(f"{system}: into {folder}")
-        metrics, summary = evaluate_system(argparse.Namespace(**{**vars(args), "system": system, "out": folder}), scoring)
+    def run_system(entry, folder: Path):
+        progress(f"{entry.label}: into {folder}")
+        source = {"checkpoint": entry.checkpoint, "preset": None} if entry.checkpoint is not None else {}
+        run_args = argparse.Namespace(**{**vars(args), **source, "system": entry.system, "out": folder})
+        metrics, summary = evaluate_system(run_args, scoring)
         write_report(metrics, folder)
-        progress(f"{system}: {summary.selected} example(s), {summary.resumed} predicted by an earlier run, "
+        progress(f"{entry.label}: {summary.selected} example(s), {summary.resumed} predicted by an earlier run, "
                  f"{summary.generated} now")
         return metrics, summary
 
@@ -277,7 +279,7 @@ def run_compare(args: argparse.Namespace) -> int:
                                      str(args.fine_labels) if args.fine_labels else None)
     except SystemRunError as error:
         raise SystemExit(f"error: {error}")
-    print(json.dumps({"systems": systems, **{name: str(path) for name, path in written.items()}}))
+    print(json.dumps({"systems": [entry.label for entry in systems], **{name: str(path) for name, path in written.items()}}))
     return 0
 
 
@@ -355,8 +357,11 @@ def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:
     )
     model = p.add_argument_group("running the systems")
     _run_arguments(model, source_required=True)
-    model.add_argument("--systems", nargs="+", default=list(SYSTEMS), metavar="SYSTEM",
-                       help=f"the systems to compare, in this order (default: all of {', '.join(SYSTEMS)})")
+    model.add_argument("--systems", nargs="+", default=list(SYSTEMS[:3]), metavar="SYSTEM[:TAG][=DIR]",
+                       help=f"the systems to compare, in this order, each one of {', '.join(SYSTEMS)}; SYSTEM:TAG "
+                            "names another row of a system (an ablation) and =DIR gives a row its own checkpoint "
+                            "(meria=runs/meria_response meria:wo_pdr=runs/meria_wo_pdr); default: "
+                            f"{', '.join(SYSTEMS[:3])}")
     model.add_argument("--styles", type=Path, metavar="TABLE.json",
                        help="pipeline / e3rg: the emotion -> style table (default: the preset's, or measured on the generators)")
     model.add_argument("--memory", type=Path, metavar="DIR",

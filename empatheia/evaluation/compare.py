@@ -151,9 +151,11 @@ def score_fine_labels(folder: PathLike, labels: Optional[LabelSets] = None) -> D
     return metrics
 
 
-def system_row(system: str, metrics: Mapping[str, Any], fine: Mapping[str, Any], multimodal: bool) -> Dict[str, Any]:
+def system_row(system: str, metrics: Mapping[str, Any], fine: Mapping[str, Any], multimodal: bool,
+               folder: Optional[str] = None) -> Dict[str, Any]:
     """A system's row of ``comparison.json``: per column its ``value`` (``None`` when
     missing), ``count`` and, when missing, ``missing`` (why)."""
+    folder = folder or system
     values: Dict[str, Optional[float]] = {}
     counts: Dict[str, Optional[float]] = {}
     missing: Dict[str, str] = {}
@@ -166,9 +168,9 @@ def system_row(system: str, metrics: Mapping[str, Any], fine: Mapping[str, Any],
     run = metrics.get("run") or {}
     return {
         "system": system,
-        "folder": system,
-        "metrics": f"{system}/{METRICS_NAME}",
-        "fine_metrics": f"{system}/{FINE_DIR}/{METRICS_NAME}",
+        "folder": folder,
+        "metrics": f"{folder}/{METRICS_NAME}",
+        "fine_metrics": f"{folder}/{FINE_DIR}/{METRICS_NAME}",
         "run": {k: run.get(k) for k in ("selected", "resumed", "generated")},
         "values": values,
         "counts": counts,
@@ -307,18 +309,44 @@ class SystemRunError(RuntimeError):
         self.finished = list(finished)
 
 
-def check_systems(names: Sequence[str]) -> List[str]:
-    """``--systems`` checked: each one of :data:`~empatheia.variants.SYSTEMS`, named once
+@dataclass(frozen=True)
+class SystemEntry:
+    """One row of a comparison: ``SYSTEM[:TAG][=DIR]`` on the command line."""
+
+    label: str
+    """The row's name (``meria:wo_pdr``); its folder is :attr:`folder`."""
+    system: str
+    """One of :data:`~empatheia.variants.SYSTEMS`."""
+    checkpoint: Optional[Path] = None
+    """This row's trained model (MERIA's, early fusion's, an ablation's) instead of the
+    comparison's ``--checkpoint``/``--preset``."""
+
+    @property
+    def folder(self) -> str:
+        return self.label.replace(":", "-")
+
+
+def check_systems(names: Sequence[str]) -> List[SystemEntry]:
+    """``--systems`` checked: each ``SYSTEM``, ``SYSTEM:TAG`` (a second row of one system,
+    such as an ablation) or either with ``=DIR`` (that row's own checkpoint), each
+    ``SYSTEM`` one of :data:`~empatheia.variants.SYSTEMS` and each row named once
     (``ValueError`` listing the known ones otherwise)."""
     from ..variants import SYSTEMS
 
-    unknown = [name for name in names if name not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"unknown system(s) {', '.join(map(repr, unknown))}; known: {', '.join(SYSTEMS)}")
-    repeated = sorted({name for name in names if list(names).count(name) > 1})
+    entries = []
+    for name in names:
+        label, _, checkpoint = name.partition("=")
+        system, _, tag = label.partition(":")
+        if system not in SYSTEMS or (":" in label and not tag):
+            raise ValueError(f"unknown system {system!r} in {name!r}; known: {', '.join(SYSTEMS)} "
+                             "(a row is SYSTEM, SYSTEM:TAG, and either with =CHECKPOINT_DIR)")
+        entries.append(SystemEntry(label, system, Path(checkpoint) if checkpoint else None))
+    labels = [entry.label for entry in entries]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
-        raise ValueError(f"{', '.join(map(repr, repeated))} named more than once")
-    return list(names)
+        raise ValueError(f"{', '.join(map(repr, repeated))} named more than once (tell rows of one system apart "
+                         "with SYSTEM:TAG)")
+    return entries
 
 
 def _free_memory() -> None:
@@ -332,14 +360,15 @@ def _free_memory() -> None:
 
 
 def compare_systems(
-    systems: Sequence[str],
+    systems: Sequence[Union[str, SystemEntry]],
     run_system: RunSystem,
     out_dir: PathLike,
     settings: Mapping[str, Any],
     fine_labels: Optional[LabelSets] = None,
     fine_labels_name: Optional[str] = None,
 ) -> Tuple[Dict[str, Any], Dict[str, Path]]:
-    """Run each of ``systems`` in turn into ``out_dir/<system>`` with ``run_system``,
+    """Run each of ``systems`` (names or :class:`SystemEntry` rows) in turn into
+    ``out_dir/<folder>`` with ``run_system(entry, folder)``,
     freeing each before the next, score each under the fine labels
     (:func:`score_fine_labels`) and write the comparison files (:func:`write_comparison`).
 
@@ -351,11 +380,14 @@ def compare_systems(
     their folders. Returns the comparison and the written paths by file name."""
     out_dir = Path(out_dir)
     rows: List[Dict[str, Any]] = []
-    for system in systems:
-        folder = out_dir / system
+    for entry in systems:
+        if isinstance(entry, str):
+            entry = SystemEntry(entry, entry)
+        system = entry.label
+        folder = out_dir / entry.folder
         failure: Optional[str] = None
         try:
-            metrics, _ = run_system(system, folder)
+            metrics, _ = run_system(entry, folder)
             fine = score_fine_labels(folder, fine_labels)
         except SystemExit as error:
             failure = str(error.code).removeprefix("error: ")
@@ -365,7 +397,10 @@ def compare_systems(
             _free_memory()
         if failure is not None:
             raise SystemRunError(system, failure, [row["system"] for row in rows], out_dir)
-        rows.append(system_row(system, metrics, fine, bool(settings.get("multimodal"))))
+        row = system_row(system, metrics, fine, bool(settings.get("multimodal")), entry.folder)
+        if entry.checkpoint is not None:
+            row["checkpoint"] = str(entry.checkpoint)
+        rows.append(row)
     comparison = {
         "settings": dict(settings),
         "fine_labels": fine_labels_name or "the labels the references name, each its own class (no folding)",

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import yaml
 
 from ..config_loader import ConfigError, load_dataclass, parse_sets, read_yaml_mapping
-from ..stages import STAGES, VARIANT_STAGES
+from ..stages import STAGES, VARIANT_STAGES, get_stage
 
 # Configs written when each stage had a recipe module of its own name it under `recipe`;
 # the stage alone decides now, so the key is read and dropped.
@@ -37,6 +37,11 @@ class ModelSection:
     dtype: Optional[str] = None
     """Weights of the language model: ``bfloat16``, ``float16`` or ``float32``."""
     gradient_checkpointing: bool = False
+    variant: Dict[str, Any] = field(default_factory=dict)
+    """A variant stage's model options (:class:`~empatheia.variants.meria.MeriaOptions`,
+    :class:`~empatheia.variants.early_fusion.EarlyFusionOptions`), e.g. MERIA's ablations
+    ``use_pdr: false``. A stage that starts from ``init`` keeps the options it was saved
+    with; any given here must agree with them."""
 
 
 @dataclass
@@ -71,6 +76,10 @@ class DataSection:
     """``raise`` at the first unusable example, or ``skip`` it and list it in
     ``skipped.jsonl``."""
     num_workers: int = 0
+    mcoe: Optional[str] = None
+    """MERIA: the multimodal chains of ``train`` (and ``eval``) by dialogue id, a JSONL
+    file from ``empatheia variants mcoe``: the M-CoE stage's targets and what the Response
+    LLM reads."""
 
 
 @dataclass
@@ -145,6 +154,8 @@ class TrainConfig:
             raise bad("mixed_precision", f"must be auto, bf16, fp16 or no, got {self.mixed_precision!r}")
         if self.data.on_error not in ("raise", "skip"):
             raise bad("data.on_error", f"must be raise or skip, got {self.data.on_error!r}")
+        if self.model.variant and get_stage(self.stage).system == "empatheia":
+            raise bad("model.variant", f"stage {self.stage} trains Empatheia's model, which has no variant options")
         if self.model.dtype not in (None, "bfloat16", "float16", "float32"):
             raise bad("model.dtype", f"must be bfloat16, float16, float32 or null, got {self.model.dtype!r}")
         return self

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from ..data import GoldFeatureStore, MediaFeatureCache, StageCollator, StageDataset, read_dataset
+from ..data import GoldFeatureStore, MediaFeatureCache, StageDataset, read_dataset
 from ..data.gold_features import GoldFeatureStoreError
 from ..dialogue import Dialogue
 from ..errors import DataError, SkipReport
@@ -193,7 +193,7 @@ def train_loader(dataset: StageDataset, config: TrainConfig, rank: int, world_si
     return DataLoader(
         dataset,
         batch_sampler=sampler,
-        collate_fn=StageCollator(dataset.processor),
+        collate_fn=dataset.collator(),
         num_workers=config.data.num_workers,
         persistent_workers=config.data.num_workers > 0,
         # Workers' seeds come from this generator, not the global RNG, whose state the

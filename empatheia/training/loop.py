@@ -19,7 +19,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import SkippedSample
-from ..modeling import Empatheia, load_trained_state
+from ..modeling import Empatheia
 from ..stages import get_stage
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig
@@ -174,7 +174,9 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-_HEAD_GROUPS = ("projectors", "content_synchronizer", "style_disentangler")
+# Parts that train from scratch (Empatheia's, then MERIA's and early fusion's), while LoRA
+# only adapts the core.
+_HEAD_GROUPS = ("projectors", "content_synchronizer", "style_disentangler", "pdr", "soft_prompts", "joint_embedding")
 
 
 def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -182,7 +184,8 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     projectors and heads take ``optim.head_learning_rate`` when it is set."""
     optim = config.optim
     head_lr = optim.head_learning_rate if optim.head_learning_rate is not None else optim.learning_rate
-    heads = {id(p) for key in _HEAD_GROUPS for _, p in model.parameter_groups()[key]}
+    named = model.parameter_groups()
+    heads = {id(p) for key in _HEAD_GROUPS for _, p in named.get(key, ())}
     groups: Dict[Tuple[bool, bool], List[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:
@@ -279,10 +282,8 @@ def _mean(window: List[Dict[str, float]]) -> Dict[str, float]:
 @torch.no_grad()
 def evaluate(engine, data: StageData, config: TrainConfig, proc: ProcessInfo) -> Dict[str, float]:
     """Mean loss terms over ``data.eval``, over all processes."""
-    from ..data import StageCollator
-
     engine.eval()
-    collate = StageCollator(data.eval.processor)
+    collate = data.eval.collator()
     sums: Dict[str, float] = {}
     count = 0.0
     for indices, counts in eval_batches(len(data.eval), config.optim.batch_size, proc.rank, proc.world_size):
@@ -340,7 +341,7 @@ def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_co
     zero3 = zero_stage(ds_config) == 3
     gather = deepspeed.zero.GatheredParameters(_trained_parameters(model), modifier_rank=0) if zero3 else contextlib.nullcontext()
     with gather:
-        model.load_trained_state_dict(load_trained_state(saved), source=str(saved))
+        model.load_trained_state_dict(model.read_trained_state(saved), source=str(saved))
     path, _ = engine.load_checkpoint(
         str(directory / ckpt.ENGINE_DIR),
         tag=ckpt.ENGINE_TAG,

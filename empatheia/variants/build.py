@@ -8,11 +8,16 @@ system         language core                                        voice and fa
                                                                     measured on the generators
 ``e3rg``       the trained model's language core (its chain)        the voted emotion's row of a bank
                                                                     measured on real clips
+``meria``      soft prompts of the PDR's disentangled features,     the written emotion's row of the
+               the M-CoE LLM's chain, the Response LLM's reply      pipeline's table
+``early_       the joint embedding of the user's utterance          the written emotion's row of the
+fusion``       prepended to a LoRA-tuned core                       pipeline's table
 =============  ===================================================  ==========================================
 
 A preset's shipped files sit beside its weights (``empatheia/weights/<preset>/``): the
-pipeline's adapter (``pipeline_core.safetensors``) and table (``pipeline_styles.json``), and
-E3RG's bank (``e3rg_styles.json``). A table that is not shipped for the generators in use
+pipeline's adapter (``pipeline_core.safetensors``) and table (``pipeline_styles.json``),
+E3RG's bank (``e3rg_styles.json``), and MERIA's and early fusion's trained parts, where they
+ship, in a folder of the system's name (what ``save_pretrained`` writes). A table that is not shipped for the generators in use
 is measured on them at load (:func:`~empatheia.variants.styles.measure_generator_styles`).
 """
 
@@ -125,3 +130,43 @@ def build_e3rg(
 
         readers = load_small_readers()
     return E3RGSystem(model, e3rg_bank(model, styles, progress), readers, EmpathyMemory(memory))
+
+
+def build_trained_variant(
+    system: str,
+    preset: Optional[str] = None,
+    checkpoint: Optional[PathLike] = None,
+    overrides: Optional[Dict[str, object]] = None,
+    dtype=None,
+    styles: Optional[PathLike] = None,
+    device=None,
+    progress: Progress = None,
+):
+    """MERIA or early fusion (``system``) answering: the model of ``checkpoint`` (its last
+    stage's output), or the one ``preset`` ships (``empatheia/weights/<preset>/<system>/``),
+    or, where none ships, a fresh one (random soft prompts and adapters: it answers like
+    its base model until trained); its generators are driven by the pipeline's table."""
+    from ..pretrained import SHIPPED_WEIGHTS
+    from .models import build_variant_model, load_variant_model
+
+    if checkpoint is not None:
+        model = load_variant_model(checkpoint, overrides, dtype)
+    else:
+        shipped = SHIPPED_WEIGHTS / (preset or "small") / system
+        if shipped.is_dir():
+            model = load_variant_model(shipped, overrides, dtype)
+        else:
+            if progress:
+                progress(f"no {system} weights ship for preset {preset!r}: its parts are untrained "
+                         f"(train them: docs/variants.md)")
+            model = build_variant_model(system, preset or "small", overrides=overrides, dtype=dtype)
+    if device:
+        model.to(device)
+    table = pipeline_styles(model.core, styles, progress)
+    if system == "meria":
+        from .meria import MeriaSystem
+
+        return MeriaSystem(model, table)
+    from .early_fusion import EarlyFusionSystem
+
+    return EarlyFusionSystem(model, table)

@@ -15,9 +15,10 @@ understanding), so a dialogue's speech and video do not change its answer.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Union
 
 import torch
 
@@ -27,6 +28,9 @@ from ..prompts import META_EMOTION, ChainOfEmpathy, PromptMode, parse_meta
 from ..response import EmpatheticResponse, LabelPrediction
 from .base import VariantSystem, no_content
 from .styles import StyleTable
+
+if TYPE_CHECKING:
+    from ..modeling import GeneratedText
 
 PIPELINE_WEIGHTS = "pipeline_core.safetensors"
 """The pipeline's trained language-model adapter, beside a preset's shipped weights."""
@@ -63,9 +67,27 @@ class PipelineSystem(VariantSystem):
         styles.check_widths(sd.speech_style_dim, sd.video_style_dim, f"preset {model.config.preset or '?'}'s generators")
         self.styles = styles
 
+    title = "Pipeline baseline"
+    """How the page and the records name the system that answered."""
+
     def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p) -> List[EmpatheticResponse]:
-        written = self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                           reserve_signals=False, score_steps=EMOTION_STEP_LIMIT)
+        written = self.write(items, max_new_tokens, do_sample, temperature, top_p)
+        return self.package(items, written)
+
+    def write(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p) -> GeneratedText:
+        """The meta-response of each dialogue, with the logits of its first
+        :data:`EMOTION_STEP_LIMIT` steps (the written emotion's distribution). MERIA and
+        early fusion write the same target from a language core that reads more."""
+        return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
+                                        reserve_signals=False, score_steps=EMOTION_STEP_LIMIT)
+
+    def package(self, items: Sequence[Dialogue], written: GeneratedText,
+                chains: Optional[Sequence[Optional[ChainOfEmpathy]]] = None,
+                preambles: Optional[Sequence[str]] = None) -> List[EmpatheticResponse]:
+        """Responses from written meta-responses: the written emotion's class picks the
+        table's styles. ``chains`` (MERIA's) stand in the response's chain, with the
+        written emotion as its emotion step; ``preambles`` (what was written before the
+        meta-response) lead each ``generated_text``."""
         steps = self._emotion_steps(written.sequences)
         speech_content, video_content = no_content(self.model.config)
         responses = []
@@ -82,10 +104,16 @@ class PipelineSystem(VariantSystem):
                 fine = None
             emotion = self._emotion_class(named, fine)
             speech_style, video_style = self.styles.styles(emotion.label)
+            given = chains[row] if chains is not None else None
+            if given is not None:
+                chain = dataclasses.replace(given, speaker_emotion=named or given.speaker_emotion)
+            else:
+                # No Chain of Empathy: only the emotion it wrote stands in the chain's emotion step.
+                chain = ChainOfEmpathy(speaker_emotion=named, raw=text, parsed=meta.parsed)
+            preamble = preambles[row] if preambles is not None else ""
             responses.append(EmpatheticResponse(
                 text=meta.response,
-                # No Chain of Empathy: only the emotion it wrote stands in the chain's emotion step.
-                chain=ChainOfEmpathy(speaker_emotion=named, raw=text, parsed=meta.parsed),
+                chain=chain,
                 emotion=emotion,
                 chain_emotion=fine,
                 profile={k: LabelPrediction(v, {v: 1.0}) for k, v in meta.profile.items()},
@@ -94,10 +122,10 @@ class PipelineSystem(VariantSystem):
                 video_content=video_content,
                 video_style=video_style,
                 dialogue_id=dialogue.id,
-                generated_text=text,
-                system="Pipeline baseline",
+                generated_text=f"{preamble}\n\n{text}" if preamble else text,
+                system=self.title,
                 emotion_source="the emotion it wrote",
-                has_chain=False,
+                has_chain=given is not None,
             ))
         return responses
 
