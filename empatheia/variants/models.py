@@ -116,7 +116,7 @@ def start_variant_model(config) -> PrefixModel:
 
 def variant_stage_data(config, model: PrefixModel):
     """The training (and evaluation) examples of a variant stage."""
-    from ..data import read_dataset
+    from ..data import MediaFeatureCache, read_dataset
     from ..training.config import ConfigError
     from ..training.data import StageData
     from .mcoe import load_mcoe_targets
@@ -131,12 +131,13 @@ def variant_stage_data(config, model: PrefixModel):
                               "`empatheia variants mcoe DATA --out FILE.jsonl` and set data.mcoe to that file")
         chains = load_mcoe_targets(data.mcoe)
     skipped = SkipReport()
+    cache = MediaFeatureCache(data.media_cache, model.processor.config) if data.media_cache else None
 
     def dataset(path: str) -> UtteranceDataset:
         corpus = read_dataset(path, format=data.format, media_root=data.media_root, labels=labels,
                               require_media=False, on_error=data.on_error)
         skipped.skipped.extend(corpus.skipped.skipped)
         return UtteranceDataset(corpus.dialogues, model.processor, stage, labels, chains, notes=notes,
-                                needs_target=stage.reads_response, on_error=data.on_error)
+                                needs_target=stage.reads_response, on_error=data.on_error, media_cache=cache)
 
     return StageData(dataset(data.train), dataset(data.eval) if data.eval else None, labels, skipped)

@@ -43,7 +43,7 @@ from ..dialogue import Dialogue
 from ..errors import DataError, SkippedSample
 from ..io import atomic_path
 from ..labels import LabelSets, UnknownEmotionError
-from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, _collate_media
+from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, _collate_media, merge_features
 from ..prompts import PromptMode
 from ..stages import Stage, get_stage
 
@@ -182,13 +182,13 @@ class UtteranceDataset(Dataset):
             LLM).
         needs_target: the stage trains the language model (its examples need a target).
         on_error: ``raise`` at a bad example or ``skip`` it (listed in the batch's ``skipped``).
+        media_cache: encoder outputs cached on disk (``data.media_cache``); a cached clip is
+            not decoded again, which is most of a PDR or joint-embedding step's time.
     """
-
-    media_cache = None
 
     def __init__(self, dialogues: Sequence[Dialogue], processor, stage: Union[str, Stage], labels: LabelSets,
                  chains: Optional[Dict[str, Any]] = None, notes: bool = False, needs_target: bool = True,
-                 on_error: str = "raise"):
+                 on_error: str = "raise", media_cache=None):
         self.dialogues = list(dialogues)
         self.processor = processor
         self.stage = get_stage(stage)
@@ -197,6 +197,7 @@ class UtteranceDataset(Dataset):
         self.notes = notes
         self.needs_target = needs_target
         self.on_error = on_error
+        self.media_cache = media_cache
 
     def collator(self) -> UtteranceCollator:
         return UtteranceCollator(self.processor)
@@ -239,7 +240,7 @@ class UtteranceDataset(Dataset):
                 target = Target(response=dialogue.response, emotion=dialogue.emotion)
         notes = chain_notes(chain) if self.notes else None
         encoded = self.processor.encode(dialogue, layout, target, load_media=False, notes=notes)
-        return utterance_example(dialogue, encoded, self.processor, self.labels)
+        return utterance_example(dialogue, encoded, self.processor, self.labels, self.media_cache)
 
 
 def chain_notes(chain) -> Optional[str]:
@@ -249,9 +250,10 @@ def chain_notes(chain) -> Optional[str]:
     return None if chain is None else "Multimodal chain of empathy:\n" + mcoe_text(chain)
 
 
-def utterance_example(dialogue: Dialogue, encoded: EncodedExample, processor, labels: Optional[LabelSets]) -> UtteranceExample:
-    """``encoded`` with the dialogue's last speaker utterance (text, speech, face) and the
-    speaker's labels."""
+def utterance_example(dialogue: Dialogue, encoded: EncodedExample, processor, labels: Optional[LabelSets],
+                      media_cache=None) -> UtteranceExample:
+    """``encoded`` with the dialogue's last speaker utterance (text, speech, face; cached
+    encoder outputs where ``media_cache`` has them) and the speaker's labels."""
     tokenizer = processor.tokenizer
     text_at = last_speaker_turn(dialogue, "text")
     text = dialogue.turns[text_at].text.strip() if text_at is not None else ""
@@ -259,7 +261,7 @@ def utterance_example(dialogue: Dialogue, encoded: EncodedExample, processor, la
     media = {}
     for modality in ("audio", "video"):
         at = last_speaker_turn(dialogue, modality)
-        media[modality] = processor.turn_media(dialogue, at, modality) if at is not None else None
+        media[modality] = processor.turn_media(dialogue, at, modality, media_cache) if at is not None else None
     profile = dialogue.speaker_profile or {}
     out: Dict[str, int] = {}
     if labels is not None:
@@ -318,6 +320,15 @@ class PrefixModel(nn.Module):
     @property
     def device(self) -> torch.device:
         return self.core.device
+
+    # The media cache (data.media_cache) encodes with these.
+    @property
+    def speech_encoder(self):
+        return self.core.speech_encoder
+
+    @property
+    def video_encoder(self):
+        return self.core.video_encoder
 
     def label_sets(self) -> LabelSets:
         return self.core.label_sets()
@@ -383,10 +394,11 @@ class PrefixModel(nn.Module):
                 rows = batch.get(f"{modality}_rows")
                 if rows is None or rows.numel() == 0:
                     continue
-                from ..processing import merge_features
-
-                raw = encoder(batch[modality], batch[f"{modality}_lengths"]) if modality in batch else None
-                clips = merge_features(batch, modality, raw).float().mean(1)  # (N, D)
+                clips = batch.get(f"{modality}_features")  # complete, from the media cache
+                if clips is None:
+                    raw = encoder(batch[modality], batch[f"{modality}_lengths"]) if modality in batch else None
+                    clips = merge_features(batch, modality, raw)
+                clips = clips.float().mean(1)  # (N, D)
                 features[modality], present[modality] = rows_mean(clips, rows.to(clips.device), size)
         return features, present
 
