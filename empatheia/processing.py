@@ -315,8 +315,8 @@ class EmpatheiaProcessor:
             "emotion_slot": pad([e.emotion_slot for e in examples], False),
             "response_chars": torch.tensor([e.response_chars for e in examples]),
         }
-        batch.update(_collate_media([a for e in examples for a in e.audio], "audio", "audio_lengths"))
-        batch.update(_collate_media([v for e in examples for v in e.video], "video", "video_lengths"))
+        batch.update(collate_media([a for e in examples for a in e.audio], "audio", "audio_lengths"))
+        batch.update(collate_media([v for e in examples for v in e.video], "video", "video_lengths"))
         return batch
 
     def __call__(self, dialogues: Sequence[Dialogue], stage: Union[int, Stage]) -> Dict[str, torch.Tensor]:
@@ -326,7 +326,7 @@ class EmpatheiaProcessor:
         return self.collate([self.encode(d, layout, Target.for_mode(d, layout)) for d in dialogues])
 
 
-def _collate_media(items: Sequence[MediaItem], modality: str, lengths_key: str) -> Dict[str, object]:
+def collate_media(items: Sequence[MediaItem], modality: str, lengths_key: str) -> Dict[str, object]:
     """Raw items padded along time with their lengths; cached items stacked, with the
     order that puts both back in placeholder order (see :func:`merge_features`)."""
     out: Dict[str, object] = {}
@@ -354,7 +354,7 @@ def merge_features(batch: Dict[str, object], modality: str, raw: Optional[torch.
     ``(M, n, D)`` and the batch's cached ``{modality}_cached`` ``(K, n, D)``.
 
     ``{modality}_order`` ``(M + K,)`` says, for each placeholder, its row in
-    ``cat([raw, cached])`` (:func:`_collate_media` writes it).
+    ``cat([raw, cached])`` (:func:`collate_media` writes it).
     """
     cached = batch.get(f"{modality}_cached")
     if cached is None:

@@ -47,6 +47,14 @@ def trained(data, tmp_path_factory):
     return {"pdr": pdr.parent, "mcoe": mcoe.parent, "response": response.parent}
 
 
+@pytest.fixture(scope="module")
+def without_mcoe(trained, data, tmp_path_factory) -> Path:
+    """The "w/o M-CoE" ablation: meria_response from meria_pdr's output, use_mcoe off."""
+    train, _ = data
+    out = tmp_path_factory.mktemp("meria_wo_mcoe") / "response"
+    return train_stage("meria_response", out, train, init=trained["pdr"], **{"model.variant": {"use_mcoe": False}})
+
+
 def batch_of(model, train: Path, chains=None, stage="meria_pdr"):
     corpus = read_dataset(train, labels=model.label_sets())
     dataset = UtteranceDataset(corpus.dialogues, model.processor, stage, model.label_sets(), chains,
@@ -184,12 +192,11 @@ def test_without_ugf_the_shared_emotions_are_averaged(data):
     assert not torch.allclose(gated.prefix(batch), plain.prefix(batch))
 
 
-def test_without_mcoe_the_response_llm_reads_the_soft_prompts_and_no_chain_is_written(trained, data, tmp_path):
+def test_without_mcoe_the_response_llm_reads_the_soft_prompts_and_no_chain_is_written(trained, data, without_mcoe):
     train, chains = data
     with pytest.raises(ValueError, match="no M-CoE LLM"):
         build_variant_model("meria", "tiny", {"use_mcoe": False}).set_stage("meria_mcoe")
-    final = train_stage("meria_response", tmp_path / "wo_mcoe", train, init=trained["pdr"],
-                        **{"model.variant": {"use_mcoe": False}})
+    final = without_mcoe
     model = load_variant_model(final)
     assert not model.options.use_mcoe
     assert "soft_prompts" in model.stage_groups(get_stage("meria_response"))
@@ -222,3 +229,19 @@ def test_options_round_trip_through_the_saved_folder(trained):
     saved = yaml.safe_load((trained["pdr"] / "final" / "variant.yaml").read_text())
     assert saved["system"] == "meria" and saved["options"]["use_pdr"] is True
     assert isinstance(model, MeriaModel)
+
+
+def test_compare_runs_meria_and_an_ablation_as_rows_of_their_own(trained, data, without_mcoe, tmp_path):
+    train, _ = data
+    out = tmp_path / "compare"
+    rows = ["pipeline", f"meria={trained['response']}", f"meria:wo_mcoe={without_mcoe.parent}"]
+    assert cli_main(["compare", "--systems", *rows, "--preset", "tiny", "--data", str(train), "--limit", "2",
+                     "--max-new-tokens", "6", "--no-progress", "--out", str(out)]) == 0
+    comparison = yaml.safe_load((out / "comparison.json").read_text())
+    assert [row["system"] for row in comparison["rows"]] == ["pipeline", "meria", "meria:wo_mcoe"]
+    assert [row["folder"] for row in comparison["rows"]] == ["pipeline", "meria", "meria-wo_mcoe"]
+    assert comparison["rows"][2]["checkpoint"] == str(without_mcoe.parent)
+    for folder in ("meria", "meria-wo_mcoe"):
+        predictions = (out / folder / "predictions.jsonl").read_text().splitlines()
+        assert len(predictions) == 2
+    assert "meria:wo_mcoe" in (out / "comparison.md").read_text()

@@ -60,13 +60,13 @@ def assert_empty_is_zero(loss: torch.Tensor, *leaves: torch.Tensor):
 # Loss terms by hand
 
 
-def test_reconstruction_loss_is_the_feature_mean_of_squared_errors_over_present_rows():
+def test_reconstruction_loss_is_the_squared_distance_over_present_rows():
     x, x_hat = t([[1, 2], [3, 4]]), t([[0, 0], [3, 5]])
-    # row 0: (1² + 2²) / 2 = 2.5; row 1: (0² + 1²) / 2 = 0.5; mean over rows = 1.5
-    assert reconstruction_loss(x, x_hat, BOTH).item() == pytest.approx(1.5)
+    # row 0: 1² + 2² = 5; row 1: 0² + 1² = 1; mean over rows = 3
+    assert reconstruction_loss(x, x_hat, BOTH).item() == pytest.approx(3.0)
     # row 1 absent: only row 0 counts, whatever row 1 holds
-    assert reconstruction_loss(x, x_hat, FIRST).item() == pytest.approx(2.5)
-    assert reconstruction_loss(t([[1, 2], [float("nan"), 9]]), x_hat, FIRST).item() == pytest.approx(2.5)
+    assert reconstruction_loss(x, x_hat, FIRST).item() == pytest.approx(5.0)
+    assert reconstruction_loss(t([[1, 2], [float("nan"), 9]]), x_hat, FIRST).item() == pytest.approx(5.0)
     x_hat = x_hat.requires_grad_()
     assert_empty_is_zero(reconstruction_loss(x, x_hat, NONE), x_hat)
 
@@ -74,8 +74,8 @@ def test_reconstruction_loss_is_the_feature_mean_of_squared_errors_over_present_
 def test_reconstruction_loss_gradient_ignores_a_nan_placeholder_in_an_absent_row():
     x_hat = t([[0, 0], [3, 5]]).requires_grad_()
     reconstruction_loss(t([[1, 2], [float("nan"), 9]]), x_hat, FIRST).backward()
-    # d/dx̂ of ((x̂ - x)² averaged over 2 features) on row 0 = (x̂ - x); row 1 gets nothing
-    assert torch.equal(x_hat.grad, t([[-1, -2], [0, 0]]))
+    # d/dx̂ of (x̂ - x)² summed over the features on row 0 = 2 (x̂ - x); row 1 gets nothing
+    assert torch.equal(x_hat.grad, t([[-2, -4], [0, 0]]))
 
 
 def test_kl_divergence_against_the_closed_form():

@@ -43,11 +43,11 @@ from ..dialogue import Dialogue
 from ..errors import DataError, SkippedSample
 from ..io import atomic_path
 from ..labels import LabelSets, UnknownEmotionError
-from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, _collate_media, merge_features
+from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, collate_media, merge_features
 from ..prompts import PromptMode
 from ..stages import Stage, get_stage
+from . import MODALITIES
 
-MODALITIES = ("text", "audio", "video")
 VARIANT_CONFIG_NAME = "variant.yaml"
 VARIANT_WEIGHTS_NAME = "variant.safetensors"
 MAX_UTTERANCE_TOKENS = 64
@@ -154,7 +154,7 @@ class UtteranceCollator:
         for modality in ("audio", "video"):
             rows = [row for row, e in enumerate(examples) if getattr(e, modality) is not None]
             items_ = [getattr(examples[row], modality) for row in rows]
-            batch.update(_collate_media(items_, modality, f"{modality}_lengths"))
+            batch.update(collate_media(items_, modality, f"{modality}_lengths"))
             batch[f"{modality}_rows"] = torch.tensor(rows, dtype=torch.long)
         known = {key: index for index, key in enumerate(dict.fromkeys(e.identity for e in examples if e.identity))}
         batch["identity"] = torch.tensor([known.get(e.identity, -1) if e.identity else -1 for e in examples])
