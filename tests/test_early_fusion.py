@@ -106,3 +106,45 @@ def test_qlora_without_a_gpu_is_a_clear_error():
         pytest.skip("a GPU is visible: 4-bit loading would be tried for real")
     with pytest.raises(ValueError, match="needs a CUDA GPU"):
         build_language_model(config.language_model, tokenizer, special_token_ids(tokenizer, config.language_model))
+
+
+def test_imagebind_stands_in_for_the_joint_embedding(train, tmp_path):
+    """With joint_encoder imagebind (here its tiny random twin) there is no joint stage:
+    the text stage starts from the preset, reads ImageBind's embeddings of the raw speech,
+    frames and text, and ImageBind stays frozen and out of the saved weights."""
+    options = {"joint_encoder": "imagebind", "imagebind_size": "tiny"}
+    model = build_variant_model("early_fusion", "tiny", options)
+    assert model.joint is None and not model.parameter_groups()["joint_embedding"]
+    with pytest.raises(ValueError, match="skip early_fusion_joint"):
+        model.set_stage("early_fusion_joint")
+    corpus = read_dataset(train, labels=model.label_sets())
+    dataset = UtteranceDataset(corpus.dialogues[:3], model.processor, "early_fusion_text", model.label_sets())
+    batch = dataset.collator()([dataset[i] for i in range(3)])
+    model.eval()
+    embeddings, present = model.embed(batch)
+    assert set(embeddings) == {"text", "audio", "video"}
+    for modality, value in embeddings.items():
+        assert value.shape == (3, model.imagebind.out_dim)
+        assert torch.allclose(value.norm(dim=-1), torch.ones(3), atol=1e-5), modality
+    final = train_stage("early_fusion_text", tmp_path / "ib", train, **{"model.variant": options})
+    saved = load_variant_model(final)
+    assert not any(name.startswith("imagebind.") for name in saved.trained_state_dict())
+    assert torch.equal(saved.projector.net.weight, load_variant_model(final).projector.net.weight)
+    system = build_trained_variant("early_fusion", checkpoint=final)
+    response = system.respond(read_dataset(train).dialogues[0], max_new_tokens=5)
+    assert response.system == "Early fusion"
+    with pytest.raises(ValueError, match="needs imagebind_checkpoint"):
+        EarlyFusionOptions(joint_encoder="imagebind")
+
+
+def test_frames_are_renormalised_for_imagebind():
+    from empatheia.encoders.imagebind import CLIP_MEAN, CLIP_STD
+    from empatheia.variants.early_fusion import clip_frames
+
+    config = EmpatheiaConfig.from_preset("small").video_encoder  # ImageNet statistics, 224 px
+    pixel = torch.tensor([0.2, 0.5, 0.9])
+    ours = ((pixel - torch.tensor(config.mean)) / torch.tensor(config.std)).view(1, 1, 3, 1, 1).expand(1, 2, 3, 8, 8)
+    theirs = clip_frames(ours, config, 4)
+    assert theirs.shape == (1, 2, 3, 4, 4)
+    expected = (pixel - torch.tensor(CLIP_MEAN)) / torch.tensor(CLIP_STD)
+    assert torch.allclose(theirs[0, 0, :, 0, 0], expected, atol=1e-5)

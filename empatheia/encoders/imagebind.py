@@ -23,6 +23,10 @@ the clips of an input are averaged, so those embeddings are means of normalised 
 (norm at most 1 for vision, at most 20 for audio), exactly as ImageBind's ``forward``
 returns them.
 
+Text comes in as OpenCLIP BPE token ids; :meth:`ImageBind.tokenize` makes them with
+``open_clip.get_tokenizer("ViT-H-14")`` (open_clip_torch is a dependency of the package),
+which gives the same ids as ImageBind's own tokenizer.
+
 The submodules are named so that :meth:`ImageBind.state_dict` has exactly the keys and
 shapes of the vision, text and audio parts of the public ``imagebind_huge.pth``
 (:meth:`ImageBindConfig.huge`). ImageBind's other three modalities (depth, thermal,
@@ -95,8 +99,6 @@ class ImageBindConfig:
     audio_logit_scale: float = 20.0
 
     max_logit_scale: float = 100.0
-    mean: Tuple[float, float, float] = field(default=CLIP_MEAN)
-    std: Tuple[float, float, float] = field(default=CLIP_STD)
 
     @classmethod
     def huge(cls) -> "ImageBindConfig":
@@ -308,17 +310,15 @@ class _L2Normalize(nn.Module):
 
 
 class _LogitScale(nn.Module):
-    """Multiplies by ``min(exp(log_logit_scale), max_scale)``; the log scale is a parameter
-    when ``learnable``, a (saved) buffer otherwise."""
+    """Multiplies by ``min(exp(log_logit_scale), max_scale)``. ImageBind learnt the text's
+    scale (a parameter there) and fixed the audio's; frozen here, both are saved buffers
+    under the checkpoint's key, which load the same. (A 0-d parameter would also be
+    broadcast as bytes by DeepSpeed, which cannot view a 0-d tensor so.)"""
 
-    def __init__(self, init: float, learnable: bool, max_scale: float):
+    def __init__(self, init: float, max_scale: float):
         super().__init__()
         self.max_scale = max_scale
-        value = torch.tensor(math.log(init), dtype=torch.float32)
-        if learnable:
-            self.log_logit_scale = nn.Parameter(value)
-        else:
-            self.register_buffer("log_logit_scale", value)
+        self.register_buffer("log_logit_scale", torch.tensor(math.log(init), dtype=torch.float32))
 
     @property
     def scale(self) -> torch.Tensor:
@@ -384,10 +384,10 @@ class ImageBind(FrozenEncoder):
             {
                 "vision": _L2Normalize(),
                 "text": nn.Sequential(
-                    _L2Normalize(), _LogitScale(config.text_logit_scale_init, True, config.max_logit_scale)
+                    _L2Normalize(), _LogitScale(config.text_logit_scale_init, config.max_logit_scale)
                 ),
                 "audio": nn.Sequential(
-                    _L2Normalize(), _LogitScale(config.audio_logit_scale, False, config.max_logit_scale)
+                    _L2Normalize(), _LogitScale(config.audio_logit_scale, config.max_logit_scale)
                 ),
             }
         )
@@ -530,7 +530,8 @@ class ImageBind(FrozenEncoder):
         bounds = []
         for i in range(c.audio_clips):
             start = step * i
-            bounds.append((int(start * c.audio_sample_rate), min(int((start + clip) * c.audio_sample_rate), num_samples)))
+            end = min(int((start + clip) * c.audio_sample_rate), num_samples)
+            bounds.append((int(start * c.audio_sample_rate), end))
         return bounds
 
     def spectrograms(self, audio: torch.Tensor) -> torch.Tensor:
@@ -646,7 +647,9 @@ class ImageBind(FrozenEncoder):
         import open_clip
 
         if self.config.vocab_size != 49408:
-            raise ValueError(f"the OpenCLIP tokenizer needs a vocabulary of 49408, this model has {self.config.vocab_size}")
+            raise ValueError(
+                f"the OpenCLIP tokenizer needs a vocabulary of 49408, this model has {self.config.vocab_size}"
+            )
         tokenizer = open_clip.get_tokenizer("ViT-H-14", context_length=self.config.context_length)
         return tokenizer([texts] if isinstance(texts, str) else list(texts))
 
@@ -686,10 +689,14 @@ class ImageBind(FrozenEncoder):
             problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
         if strict and unexpected:
             problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
+        assign = any(t.is_meta for t in own.values())
+        if assign and missing and not strict:
+            problems.append(
+                f"the model is on the meta device, so missing keys would stay unallocated: {_listing(missing)}"
+            )
         if problems:
             raise ImageBindCheckpointError(f"{path} does not fit ImageBind: " + "; ".join(problems))
         loadable = {k: v for k, v in kept.items() if k in own}
-        assign = any(t.is_meta for t in own.values())
         self.load_state_dict(loadable, strict=strict, assign=assign)
         self.freeze()
         report = ImageBindLoadReport(str(path), sorted(loadable), sorted(skipped), missing, unexpected)

@@ -6,13 +6,21 @@ prepends it to the prompt; the language model (Mistral-7B, Llama-3-8B) is tuned 
 4-bit QLoRA (r 8, alpha 16, dropout 0.1) while ImageBind stays frozen.
 
 ImageBind is one embedding space that several encoders are bound into by a contrastive
-(InfoNCE) loss on paired data, each encoder followed by a linear head. Its weights are not
-among those that ship offline, so :class:`JointEmbedding` binds our own encoders the same
-way: a linear head per modality onto a shared, unit-length space, trained with symmetric
-InfoNCE between every pair of modalities of the same utterance (stage
-``early_fusion_joint``). The fused embedding is the sum of the modalities a row has, as
-in the paper; which modalities take part is an option (the paper's audio and video, or
-the issue's text, audio and video: the default).
+(InfoNCE) loss on paired data, each encoder followed by a linear head. Two joint spaces can
+be used (``joint_encoder``):
+
+* ``imagebind``: ImageBind itself (:class:`~empatheia.encoders.imagebind.ImageBind`, its
+  video, audio and text parts, frozen), from a user's ``imagebind_huge.pth``
+  (``imagebind_checkpoint``), as the paper. Its weights are not among those that ship
+  offline.
+* ``ours`` (the default): :class:`JointEmbedding` binds our own encoders' features the same
+  way: a linear head per modality onto a shared, unit-length space, trained with symmetric
+  InfoNCE between every pair of modalities of the same utterance (stage
+  ``early_fusion_joint``).
+
+The fused embedding is the sum of the modalities a row has, as in the paper; which
+modalities take part is an option (the paper's audio and video, or text, audio and video:
+the default).
 
 Stage ``early_fusion_text`` then trains the projector and LoRA with the joint embedding
 frozen; ``language_model.load_in_4bit`` makes that QLoRA on a GPU. It writes the pipeline
@@ -32,8 +40,9 @@ from torch import nn
 
 from ..prompts import PromptMode
 from ..stages import Stage, get_stage
+from . import MODALITIES
 from .pipeline import EMOTION_STEP_LIMIT, PipelineSystem
-from .prefix import MODALITIES, PrefixModel, SoftPrompt, word_length
+from .prefix import PrefixModel, SoftPrompt, rows_mean, word_length
 from .styles import StyleTable
 
 
@@ -49,11 +58,26 @@ class EarlyFusionOptions:
     """InfoNCE's initial temperature (learnt, as CLIP's and ImageBind's)."""
     prefix_tokens: int = 4
     """Virtual tokens the projector makes of the fused embedding."""
+    joint_encoder: str = "ours"
+    """``ours`` (:class:`JointEmbedding` over our encoders, stage ``early_fusion_joint``) or
+    ``imagebind`` (ImageBind's own joint space, frozen; no joint stage)."""
+    imagebind_checkpoint: Optional[str] = None
+    """``imagebind_huge.pth``, for ``joint_encoder: imagebind``."""
+    imagebind_size: str = "huge"
+    """``huge`` (the checkpoint's architecture) or ``tiny`` (the same classes at test sizes,
+    random weights: for tests, never for answers)."""
 
     def __post_init__(self):
         unknown = sorted(set(self.modalities) - set(MODALITIES))
         if unknown or not self.modalities:
             raise ValueError(f"early fusion modalities must be some of {list(MODALITIES)}, got {self.modalities}")
+        if self.joint_encoder not in ("ours", "imagebind"):
+            raise ValueError(f"early fusion joint_encoder must be ours or imagebind, got {self.joint_encoder!r}")
+        if self.imagebind_size not in ("huge", "tiny"):
+            raise ValueError(f"early fusion imagebind_size must be huge or tiny, got {self.imagebind_size!r}")
+        if self.joint_encoder == "imagebind" and self.imagebind_size == "huge" and not self.imagebind_checkpoint:
+            raise ValueError("early fusion with joint_encoder imagebind needs imagebind_checkpoint "
+                             "(imagebind_huge.pth from the ImageBind release)")
 
 
 def info_nce(a: torch.Tensor, b: torch.Tensor, logit_scale: torch.Tensor) -> torch.Tensor:
@@ -115,14 +139,20 @@ class EarlyFusionModel(PrefixModel):
         super().__init__(core, options or EarlyFusionOptions())
         width = core.config.language_model.hidden_size
         dims = {"text": width, "audio": core.speech_encoder.hidden_size, "video": core.video_encoder.hidden_size}
+        options = self.options
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(core.config.seed + 11)
-            self.joint = JointEmbedding(dims, self.options)
+            if options.joint_encoder == "imagebind":
+                self.joint, self.imagebind = None, _imagebind(options)
+                joint_dim = self.imagebind.out_dim
+            else:
+                self.joint, self.imagebind = JointEmbedding(dims, options), None
+                joint_dim = options.joint_dim
             # The paper's linear projector (one Linear), into prefix_tokens token embeddings.
-            self.projector = SoftPrompt(self.options.joint_dim, width, self.options.prefix_tokens, None,
-                                        word_length(core))
+            self.projector = SoftPrompt(joint_dim, width, options.prefix_tokens, None, word_length(core))
 
     def group_of(self, name: str) -> str:
+        # ImageBind, when used, is frozen like the encoders (group "frozen": not saved).
         if name.startswith("joint."):
             return "joint_embedding"
         if name.startswith("projector."):
@@ -133,13 +163,51 @@ class EarlyFusionModel(PrefixModel):
 
     @classmethod
     def needs_init(cls, stage: Stage, options: EarlyFusionOptions) -> Optional[str]:
-        if stage.name == "early_fusion_text":
+        if stage.name == "early_fusion_text" and options.joint_encoder == "ours":
             return "stage early_fusion_text reads the trained joint embedding: start it from early_fusion_joint's output"
         return None
 
+    def set_stage(self, stage) -> "EarlyFusionModel":
+        stage = get_stage(stage)
+        if stage.name == "early_fusion_joint" and self.imagebind is not None:
+            raise ValueError("ImageBind is a joint space already: with joint_encoder imagebind, skip early_fusion_joint")
+        return super().set_stage(stage)
+
     def embed(self, batch) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
+        """Each of ``modalities``' unit-length joint embedding ``(B, d)`` and ``(B,)`` True
+        where the row has the modality."""
+        if self.imagebind is not None:
+            return self.imagebind_embeddings(batch)
         features, present = self.utterance_features(batch)
         return self.joint(features), present
+
+    @torch.no_grad()
+    def imagebind_embeddings(self, batch) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
+        """ImageBind's embeddings of the utterance's text, speech and frames, each scaled to
+        unit length: ImageBind's audio comes 20 long and its text about 14, which would
+        drown the video in a sum."""
+        imagebind, config = self.imagebind, self.config
+        size = batch["input_ids"].shape[0]
+        device = self.device
+        embeddings, present = {}, {}
+        if "text" in self.options.modalities:
+            texts = batch["utterance_texts"]
+            embeddings["text"] = imagebind.embed_text(imagebind.tokenize(texts).to(device))
+            present["text"] = torch.tensor([bool(t.strip()) for t in texts], device=device)
+        for modality in ("audio", "video"):
+            rows = batch.get(f"{modality}_rows")
+            if modality not in self.options.modalities or rows is None or rows.numel() == 0:
+                continue
+            if modality not in batch:
+                raise ValueError("early fusion with ImageBind reads the raw speech and frames: "
+                                 "data.media_cache holds only our encoders' features; leave it unset")
+            if modality == "audio":
+                clips = imagebind.embed_audio(batch["audio"], batch["audio_lengths"], config.speech_encoder.sample_rate)
+            else:
+                clips = imagebind.embed_vision(clip_frames(batch["video"], config.video_encoder,
+                                                           imagebind.config.image_size), batch.get("video_lengths"))
+            embeddings[modality], present[modality] = rows_mean(clips.float(), rows.to(device), size)
+        return {m: F.normalize(e.float(), dim=-1) for m, e in embeddings.items()}, present
 
     def prefix(self, batch) -> torch.Tensor:
         """The projected fused embedding ``(B, prefix_tokens, H)``."""
@@ -184,3 +252,36 @@ class EarlyFusionSystem(PipelineSystem):
         prefix = self.fusion.prefix(self.fusion.inference_batch(items, PromptMode.PIPELINE))
         return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
                                         reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, prefix=prefix)
+
+
+def _imagebind(options: EarlyFusionOptions):
+    """ImageBind at ``options``' size, with the checkpoint's weights where one is given."""
+    import dataclasses
+
+    from ..encoders.imagebind import ImageBind, ImageBindConfig
+
+    if options.imagebind_size == "huge":
+        config = ImageBindConfig.huge()
+    else:
+        # Test sizes, with the real vocabulary so that the OpenCLIP tokenizer's ids fit.
+        config = dataclasses.replace(ImageBindConfig.tiny(), vocab_size=49408, context_length=77)
+    model = ImageBind(config)
+    if options.imagebind_checkpoint:
+        model.load_checkpoint(options.imagebind_checkpoint)
+    return model
+
+
+def clip_frames(frames: torch.Tensor, video_config, image_size: int) -> torch.Tensor:
+    """Our processor's frames ``(N, F, 3, S, S)`` (normalised with the preset's mean and
+    std) as ImageBind reads them: CLIP's normalisation at ``image_size``."""
+    from ..encoders.imagebind import CLIP_MEAN, CLIP_STD
+
+    n, f = frames.shape[:2]
+    mean = torch.tensor(video_config.mean, device=frames.device).view(1, 3, 1, 1)
+    std = torch.tensor(video_config.std, device=frames.device).view(1, 3, 1, 1)
+    pixels = frames.flatten(0, 1).float() * std + mean  # back to [0, 1]
+    if pixels.shape[-1] != image_size:
+        pixels = F.interpolate(pixels, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    clip_mean = torch.tensor(CLIP_MEAN, device=frames.device).view(1, 3, 1, 1)
+    clip_std = torch.tensor(CLIP_STD, device=frames.device).view(1, 3, 1, 1)
+    return ((pixels - clip_mean) / clip_std).view(n, f, 3, image_size, image_size)

@@ -119,6 +119,7 @@ class UtteranceExample:
     encoded: EncodedExample
     utterance_ids: torch.Tensor
     """``(L_u,)`` token ids of the last speaker turn's text (empty without one)."""
+    utterance_text: str = ""
     audio: Optional[MediaItem] = None
     video: Optional[MediaItem] = None
     identity: Optional[str] = None
@@ -130,7 +131,8 @@ class UtteranceExample:
 
 class UtteranceCollator:
     """Batches :class:`UtteranceExample` items: the processor's text keys (``input_ids``,
-    ``attention_mask``, ``labels``, ...), ``utterance_ids``/``utterance_mask`` ``(B, L_u)``,
+    ``attention_mask``, ``labels``, ...), ``utterance_ids``/``utterance_mask`` ``(B, L_u)``
+    and ``utterance_texts`` (the turns' text),
     ``audio``/``audio_lengths`` (or ``audio_cached``) with ``audio_rows`` ``(N_a,)`` (the
     batch row of each clip) and the same for video, ``identity`` ``(B,)`` (an index per
     distinct speaker identity in the batch, ``-1`` unknown), ``<name>_label`` ``(B,)`` and
@@ -151,6 +153,7 @@ class UtteranceCollator:
         batch["utterance_ids"] = pad_sequence(utterances, batch_first=True, padding_value=pad)
         lengths = torch.tensor([len(e.utterance_ids) for e in examples])
         batch["utterance_mask"] = torch.arange(batch["utterance_ids"].shape[1])[None, :] < lengths[:, None]
+        batch["utterance_texts"] = [e.utterance_text for e in examples]
         for modality in ("audio", "video"):
             rows = [row for row, e in enumerate(examples) if getattr(e, modality) is not None]
             items_ = [getattr(examples[row], modality) for row in rows]
@@ -280,7 +283,7 @@ def utterance_example(dialogue: Dialogue, encoded: EncodedExample, processor, la
             except UnknownEmotionError as error:
                 raise DataError(str(error), field="emotion") from None
     identity = profile.get("ID") or profile.get("id")
-    return UtteranceExample(encoded, torch.tensor(ids, dtype=torch.long), media["audio"], media["video"],
+    return UtteranceExample(encoded, torch.tensor(ids, dtype=torch.long), text, media["audio"], media["video"],
                             str(identity) if identity else None, out, dialogue.id)
 
 
