@@ -245,3 +245,15 @@ def test_compare_runs_meria_and_an_ablation_as_rows_of_their_own(trained, data, 
         predictions = (out / folder / "predictions.jsonl").read_text().splitlines()
         assert len(predictions) == 2
     assert "meria:wo_mcoe" in (out / "comparison.md").read_text()
+
+
+def test_the_mcoe_llm_writes_the_chains_the_response_llm_trains_on(trained, data, tmp_path):
+    """As the paper: `variants mcoe --model` writes each dialogue's chain with the trained
+    M-CoE LLM, in the file format meria_response reads."""
+    train, _ = data
+    out = tmp_path / "written.jsonl"
+    assert cli_main(["variants", "mcoe", str(train), "--model", str(trained["mcoe"]), "--out", str(out),
+                     "--batch-size", "4"]) == 0
+    written = load_mcoe_targets(out)
+    assert set(written) == {d.id for d in read_dataset(train).dialogues}
+    assert all(chain.raw is not None for chain in written.values())  # what the model wrote, kept whole
