@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, Path]
 
-MODALITIES: Dict[str, Tuple[str, str]] = {
+OBSERVATION_LINES: Dict[str, Tuple[str, str]] = {
     "visual": ("Visual observation", "the face looks"),
     "audio": ("Audio observation", "the voice sounds"),
 }
@@ -210,8 +210,8 @@ def observation_from_distribution(
     as 0; one that is not a class is a ``ValueError``. A distribution with no positive
     probability says nothing and gives ``None``.
     """
-    if modality not in MODALITIES:
-        raise ValueError(f"modality must be one of {list(MODALITIES)}, got {modality!r}")
+    if modality not in OBSERVATION_LINES:
+        raise ValueError(f"modality must be one of {list(OBSERVATION_LINES)}, got {modality!r}")
     if distribution is None:
         return None
     unknown = [label for label in distribution if label not in EMOTION_LABELS]
@@ -223,7 +223,7 @@ def observation_from_distribution(
     p_top, p_second = float(distribution.get(top, 0.0)), float(distribution.get(second, 0.0))
     if not p_top > 0:
         return None
-    opening = MODALITIES[modality][1]
+    opening = OBSERVATION_LINES[modality][1]
     adjective = EMOTION_WORDS[top][0]
     if p_second >= MIXED_THRESHOLD:
         phrase = f"{opening} {adjective}, with some {EMOTION_WORDS[second][1]}"
@@ -247,7 +247,7 @@ def chain_steps_text(chain: Optional[ChainOfEmpathy]) -> str:
 
 
 def _observation_line(modality: str, part: Optional[ModalityObservation]) -> str:
-    label = MODALITIES[modality][0]
+    label = OBSERVATION_LINES[modality][0]
     if part is None:
         return f"{label}: {NONE_TEXT}"
     # One line per part, and ";" separates the fields: neither may occur inside the phrase.
@@ -287,7 +287,7 @@ def _words(label: str) -> str:
 
 
 _PART_LABELS = {
-    **{" ".join(label.lower().split()): modality for modality, (label, _) in MODALITIES.items()},
+    **{" ".join(label.lower().split()): modality for modality, (label, _) in OBSERVATION_LINES.items()},
     **{label: name for name, label in CHAIN_STEPS},
     RESPONSE_LABEL: None,  # ends the last step when a response follows; not a part itself
 }
