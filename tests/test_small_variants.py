@@ -60,7 +60,9 @@ def test_the_docs_example_runs(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "variants.md"
-    (block,) = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
+    # The walk-through at the top (the later block records how the comparison's ablations
+    # were assembled from training runs).
+    block = re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)[0]
     monkeypatch.chdir(tmp_path)
     exec(compile(block, "variants.md", "exec"), {"__name__": "__doc_example__"})
     lines = capsys.readouterr().out.strip().splitlines()

@@ -132,11 +132,11 @@ class UtteranceExample:
 class UtteranceCollator:
     """Batches :class:`UtteranceExample` items: the processor's text keys (``input_ids``,
     ``attention_mask``, ``labels``, ...), ``utterance_ids``/``utterance_mask`` ``(B, L_u)``
-    and ``utterance_texts`` (the turns' text),
-    ``audio``/``audio_lengths`` (or ``audio_cached``) with ``audio_rows`` ``(N_a,)`` (the
-    batch row of each clip) and the same for video, ``identity`` ``(B,)`` (an index per
-    distinct speaker identity in the batch, ``-1`` unknown), ``<name>_label`` ``(B,)`` and
-    ``ids``. Skipped samples are listed under ``skipped``."""
+    and ``utterance_texts`` (the turns' text), ``audio``/``audio_lengths`` (or
+    ``audio_cached``) with ``audio_rows`` ``(N_a,)`` (the batch row of each clip) and the
+    same for video, ``identity`` ``(B,)`` (an index per distinct speaker identity in the
+    batch, ``-1`` unknown), ``<name>_label`` ``(B,)`` and ``ids``. Skipped samples are
+    listed under ``skipped``."""
 
     def __init__(self, processor, padding_side: str = "right"):
         self.processor = processor
@@ -156,8 +156,8 @@ class UtteranceCollator:
         batch["utterance_texts"] = [e.utterance_text for e in examples]
         for modality in ("audio", "video"):
             rows = [row for row, e in enumerate(examples) if getattr(e, modality) is not None]
-            items_ = [getattr(examples[row], modality) for row in rows]
-            batch.update(collate_media(items_, modality, f"{modality}_lengths"))
+            clips = [getattr(examples[row], modality) for row in rows]
+            batch.update(collate_media(clips, modality, f"{modality}_lengths"))
             batch[f"{modality}_rows"] = torch.tensor(rows, dtype=torch.long)
         known = {key: index for index, key in enumerate(dict.fromkeys(e.identity for e in examples if e.identity))}
         batch["identity"] = torch.tensor([known.get(e.identity, -1) if e.identity else -1 for e in examples])
