@@ -145,7 +145,7 @@ def test_the_pdr_disentangles_the_tiny_encoders_features(data, one_thread):
         return distances[same & across].mean(), distances[~same & across].mean()
 
     optimizer = torch.optim.Adam(model.pdr.parameters(), lr=3e-3)
-    for _ in range(150):
+    for _ in range(300):
         loss = model(batch)["loss"]
         optimizer.zero_grad()
         loss.backward()
