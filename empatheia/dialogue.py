@@ -44,6 +44,16 @@ class Turn:
             raise ValueError(f"a {self.role} turn needs text, audio or video")
 
 
+def last_speaker_index(dialogue: "Dialogue", modality: str) -> Optional[int]:
+    """Index of the last speaker turn that has ``modality`` (``"audio"``, ``"video"``, or
+    ``"text"``: non-empty text): the user's most recent expression, which the reply answers."""
+    for index in range(len(dialogue.turns) - 1, -1, -1):
+        turn = dialogue.turns[index]
+        if turn.role == "speaker" and (turn.text.strip() if modality == "text" else getattr(turn, modality) is not None):
+            return index
+    return None
+
+
 @dataclass
 class Dialogue:
     """A dialogue history to respond to, speaker first; optionally with the gold response

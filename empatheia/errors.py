@@ -47,6 +47,16 @@ class SkippedSample:
         return str(DataError(self.reason, self.file, self.record, self.field))
 
 
+def skipped_or_raised(error: DataError, record: Optional[str], on_error: str) -> SkippedSample:
+    """What a dataset gives for an example that raised ``error``: with ``on_error`` ``raise``
+    the error, naming ``record`` where it named none; with ``skip`` the sample to list."""
+    if error.record is None:
+        error = DataError(error.reason, error.file, record, error.field)
+    if on_error == "raise":
+        raise error from None
+    return SkippedSample(error.file, error.record, error.field, error.reason)
+
+
 @dataclass
 class SkipReport:
     """Every sample left out because the caller asked to skip bad samples, with its reason."""

@@ -168,6 +168,9 @@ class Empatheia(nn.Module, Responder):
         return self.language_model.get_base_model()
 
     # ================================================================== stages
+    fresh_groups = ("projectors", "content_synchronizer", "style_disentangler")
+    """The parameter groups that train from scratch (``optim.head_learning_rate``)."""
+
     def parameter_groups(self) -> Dict[str, List[Tuple[str, nn.Parameter]]]:
         """Every parameter by the group that decides when it trains: ``lora``,
         ``signal_rows`` (the signal tokens' embedding and LM-head rows), ``projectors``,

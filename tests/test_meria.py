@@ -17,7 +17,7 @@ from empatheia.variants.build import build_trained_variant
 from empatheia.variants.fusion import uncertainty_gated_fusion
 from empatheia.variants.mcoe import load_mcoe_targets
 from empatheia.variants.meria import MeriaModel, MeriaOptions, MeriaSystem
-from empatheia.variants.models import build_variant_model, load_variant_model, start_variant_model
+from empatheia.variants.models import build_variant_model, load_variant_model, start_variant_model, variant_stage_data
 from empatheia.variants.prefix import UtteranceDataset
 
 from .training_helpers import read_metrics
@@ -57,8 +57,7 @@ def without_mcoe(trained, data, tmp_path_factory) -> Path:
 
 def batch_of(model, train: Path, chains=None, stage="meria_pdr"):
     corpus = read_dataset(train, labels=model.label_sets())
-    dataset = UtteranceDataset(corpus.dialogues, model.processor, stage, model.label_sets(), chains,
-                               needs_target=stage != "meria_pdr")
+    dataset = UtteranceDataset(corpus.dialogues, model.processor, stage, model.label_sets(), chains)
     return dataset.collator()([dataset[i] for i in range(len(dataset))])
 
 
@@ -106,12 +105,19 @@ def test_the_three_stages_train_save_load_and_answer(trained, data):
         assert response.speech_style.shape == system.styles.speech[response.emotion.label].shape
 
 
-def test_a_saved_meria_loads_back_exactly(trained):
-    model = load_variant_model(trained["response"])
-    again = load_variant_model(trained["response"] / "final")
-    for name, value in model.trained_state_dict().items():
-        assert torch.equal(value, again.trained_state_dict()[name])
-    assert (trained["response"] / "final" / "variant.yaml").is_file()
+def test_a_saved_meria_loads_back_exactly(tmp_path):
+    model = build_variant_model("meria", "tiny", {"use_ugf": False, "latent_dim": 8})
+    torch.manual_seed(1)
+    with torch.no_grad():  # every trained tensor away from its fresh value
+        for value in model.trained_state_dict().values():
+            value.add_(torch.randn_like(value))
+    model.save_pretrained(tmp_path / "saved")
+    again = load_variant_model(tmp_path / "saved")
+    fresh = build_variant_model("meria", "tiny", {"use_ugf": False, "latent_dim": 8}).trained_state_dict()
+    assert again.options == model.options and set(again.trained_state_dict()) == set(fresh)
+    for name, value in again.trained_state_dict().items():
+        assert torch.equal(value, model.trained_state_dict()[name]) and not torch.equal(value, fresh[name]), name
+    assert {model.group_of(n) for n in fresh} == {"pdr", "soft_prompts", "lora", "response_lora"}
 
 
 @pytest.fixture
@@ -224,6 +230,9 @@ def test_stage_configs_say_what_they_need(data, tmp_path):
         start_variant_model(variant_config("meria_mcoe", tmp_path / "a", train, **{"data.mcoe": str(chains)}))
     with pytest.raises(ConfigError, match="unknown MeriaOptions keys"):
         start_variant_model(variant_config("meria_pdr", tmp_path / "b", train, **{"model.variant": {"use_pfr": False}}))
+    with pytest.raises(ConfigError, match="data.labels: stage meria_pdr reads the model's own label sets"):
+        config = variant_config("meria_pdr", tmp_path / "e", train, **{"data.labels": "configs/labels/ed32.yaml"})
+        variant_stage_data(config, build_variant_model("meria", "tiny"))
     with pytest.raises(ConfigError, match="no variant options"):
         variant_config("stage1_coe", tmp_path / "c", train, **{"model.variant": {"use_pdr": False}})
     with pytest.raises(SystemExit, match="variants mcoe"):

@@ -35,7 +35,7 @@ from ..labels import LabelSets, UnknownEmotionError
 from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target
 from ..prompts import PromptMode
 from ..stages import CONTENT_FEATURES, STYLE_FEATURES, Stage, get_stage
-from ..errors import DataError, SkippedSample
+from ..errors import DataError, SkippedSample, skipped_or_raised
 
 if TYPE_CHECKING:
     from .cache import MediaFeatureCache
@@ -151,11 +151,7 @@ class StageDataset(Dataset):
         try:
             return self.example(dialogue) if with_media else self.text_example(dialogue)
         except DataError as error:
-            if error.record is None:
-                error = DataError(error.reason, error.file, dialogue.id, error.field)
-            if self.on_error == "raise":
-                raise error from None
-            return SkippedSample(error.file, error.record, error.field, error.reason)
+            return skipped_or_raised(error, dialogue.id, self.on_error)
 
     def example(self, dialogue: Dialogue) -> StageExample:
         if self.stage.reads_media and not any(t.audio is not None or t.video is not None for t in dialogue.turns):
@@ -217,22 +213,30 @@ class StageDataset(Dataset):
     def _labels(self, dialogue: Dialogue) -> Dict[str, int]:
         if not self.stage.class_labels:
             return {}
-        labels = {"emotion": IGNORE_INDEX}
-        if dialogue.emotion is not None:
+        return class_labels(self.labels, dialogue.emotion, dialogue.listener_profile, "listener_profile")
+
+
+def class_labels(labels: LabelSets, emotion: Optional[str], profile: Optional[Dict[str, str]],
+                 profile_field: str) -> Dict[str, int]:
+    """``emotion`` and each of ``labels``' profile attributes -> class index (``-100``
+    where the data has none); a label outside the sets is a :class:`DataError` naming
+    ``emotion`` or ``<profile_field>.<attribute>``."""
+    out = {"emotion": IGNORE_INDEX}
+    if emotion is not None:
+        try:
+            out["emotion"] = labels.emotion_index(emotion)
+        except UnknownEmotionError as error:
+            raise DataError(str(error), field="emotion") from None
+    profile = profile or {}
+    for attribute in labels.profile:
+        value = profile.get(attribute)
+        out[attribute] = IGNORE_INDEX
+        if value is not None:
             try:
-                labels["emotion"] = self.labels.emotion_index(dialogue.emotion)
-            except UnknownEmotionError as error:
-                raise DataError(str(error), field="emotion") from None
-        profile = dialogue.listener_profile or {}
-        for attribute in self.labels.profile:
-            value = profile.get(attribute)
-            labels[attribute] = IGNORE_INDEX
-            if value is not None:
-                try:
-                    labels[attribute] = self.labels.profile_index(attribute, value)
-                except ValueError as error:
-                    raise DataError(str(error), field=f"listener_profile.{attribute}") from None
-        return labels
+                out[attribute] = labels.profile_index(attribute, value)
+            except ValueError as error:
+                raise DataError(str(error), field=f"{profile_field}.{attribute}") from None
+    return out
 
 
 class StageCollator:

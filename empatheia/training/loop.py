@@ -174,18 +174,15 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-# Parts that train from scratch (Empatheia's, then MERIA's and early fusion's), while LoRA
-# only adapts the core.
-_HEAD_GROUPS = ("projectors", "content_synchronizer", "style_disentangler", "pdr", "soft_prompts", "joint_embedding")
-
-
 def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW over the stage's trainable parameters; biases and norms get no decay; the
-    projectors and heads take ``optim.head_learning_rate`` when it is set."""
+    """AdamW over the stage's trainable parameters; biases and norms get no decay; the parts
+    that train from scratch (the model's ``fresh_groups``: projectors and heads, MERIA's PDR
+    and soft prompts, ...) take ``optim.head_learning_rate`` when it is set, while LoRA only
+    adapts the core."""
     optim = config.optim
     head_lr = optim.head_learning_rate if optim.head_learning_rate is not None else optim.learning_rate
     named = model.parameter_groups()
-    heads = {id(p) for key in _HEAD_GROUPS for _, p in named.get(key, ())}
+    heads = {id(p) for key in model.fresh_groups for _, p in named[key]}
     groups: Dict[Tuple[bool, bool], List[nn.Parameter]] = {}
     for param in model.parameters():
         if param.requires_grad:

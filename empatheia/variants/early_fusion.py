@@ -134,6 +134,7 @@ class EarlyFusionModel(PrefixModel):
     system = "early_fusion"
     options_class = EarlyFusionOptions
     groups = ("joint_embedding", "soft_prompts", "lora")
+    fresh_groups = ("joint_embedding", "soft_prompts")
 
     def __init__(self, core, options: Optional[EarlyFusionOptions] = None):
         super().__init__(core, options or EarlyFusionOptions())

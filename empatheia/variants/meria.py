@@ -45,7 +45,8 @@ from torch import nn
 from ..dialogue import Dialogue
 from ..prompts import ChainOfEmpathy, PromptMode
 from ..stages import Stage, get_stage
-from .disentangle import MODALITIES, ParallelDisentangler, PDRConfig, pdr_loss
+from . import MODALITIES
+from .disentangle import ParallelDisentangler, PDRConfig, pdr_loss
 from .fusion import uncertainty_gated_fusion
 from .mcoe import MultimodalChain, parse_mcoe
 from .pipeline import EMOTION_STEP_LIMIT, PipelineSystem
@@ -57,27 +58,11 @@ RESPONSE_ADAPTER = "response"
 
 
 @dataclass
-class MeriaOptions:
+class MeriaOptions(PDRConfig):
     """MERIA's own options (``model.variant`` in a training config; ``variant.yaml`` of a
-    saved model)."""
+    saved model): the PDR's sizes and eq. 1's weights (:class:`PDRConfig`, whose
+    ``latent_dim`` is each beta-VAE latent's width), then these."""
 
-    latent_dim: int = 32
-    """Width of each beta-VAE latent (Z_S, Z_P, Z_I)."""
-    hidden_dim: int = 256
-    beta: float = 4.0
-    """β of eq. 1 (the KL term's weight; > 1 is what makes a beta-VAE)."""
-    alpha: float = 1.0
-    """α of eq. 1 (cross-modal alignment of the shared emotions, eq. 3)."""
-    gamma: float = 0.1
-    """γ of eq. 1 (orthogonality, eq. 4)."""
-    delta: float = 1.0
-    """δ of eq. 1 (the hybrid identity loss, eq. 5)."""
-    delta_triplet: float = 1.0
-    delta_cls: float = 1.0
-    triplet_margin: float = 1.0
-    eta: float = 1.0
-    """Weight of the shared emotions' classification, our addition to eq. 1
-    (:attr:`~empatheia.variants.disentangle.PDRConfig.eta`; 0 gives eq. 1 exactly)."""
     soft_prompt_tokens: int = 4
     """Virtual tokens per representation (three representations, so 12 in all; with
     ``use_pdr: false``, one per modality)."""
@@ -91,11 +76,6 @@ class MeriaOptions:
     use_ugf: bool = True
     use_mcoe: bool = True
 
-    def pdr_config(self) -> PDRConfig:
-        return PDRConfig(latent_dim=self.latent_dim, hidden_dim=self.hidden_dim, beta=self.beta, alpha=self.alpha,
-                         gamma=self.gamma, delta=self.delta, delta_triplet=self.delta_triplet, delta_cls=self.delta_cls,
-                         triplet_margin=self.triplet_margin, eta=self.eta)
-
 
 class MeriaModel(PrefixModel):
     """MERIA's trained parts over ``core`` (an :class:`~empatheia.modeling.Empatheia`):
@@ -104,6 +84,7 @@ class MeriaModel(PrefixModel):
     system = "meria"
     options_class = MeriaOptions
     groups = ("pdr", "soft_prompts", "lora", "response_lora")
+    fresh_groups = ("pdr", "soft_prompts")
     # One meria_pdr run serves the full model and the UGF and M-CoE ablations.
     late_options = ("use_ugf", "use_mcoe", "chain_tokens")
 
@@ -121,7 +102,7 @@ class MeriaModel(PrefixModel):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed + 7)
             if options.use_pdr:
-                self.pdr = ParallelDisentangler(self.input_dims, options.pdr_config(), self.identity_labels,
+                self.pdr = ParallelDisentangler(self.input_dims, options, self.identity_labels,
                                                 len(core.label_sets().emotions))
                 z = options.latent_dim
                 # Z_S^F with UGF's conflict signal; Z_I^F = (Z_I^A, Z_I^V); (Z_P^A, Z_P^V).

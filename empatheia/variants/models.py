@@ -99,6 +99,8 @@ def start_variant_model(config) -> PrefixModel:
     except FileNotFoundError as error:
         raise ConfigError(f"model.init: {error} (a {stage.system} stage starts from an earlier {stage.system} stage's "
                           "output)") from None
+    except (KeyError, ValueError) as error:
+        raise ConfigError(f"model: {error}") from None
     if model.system != stage.system:
         raise ConfigError(f"model.init: {directory} holds a {model.system} model; stage {stage.name} trains {stage.system}")
     if model.config.preset is not None and model.config.preset != config.model.preset:
@@ -122,6 +124,9 @@ def variant_stage_data(config, model: PrefixModel):
     from .mcoe import load_mcoe_targets
 
     stage, data = get_stage(config.stage), config.data
+    if data.labels is not None:
+        raise ConfigError(f"data.labels: stage {stage.name} reads the model's own label sets (its preset's); "
+                          "a dataset's own labels are not supported for the variants' stages")
     labels = model.label_sets()
     chains = None
     wants_chains, notes = model.reads_chains(stage)
@@ -138,6 +143,6 @@ def variant_stage_data(config, model: PrefixModel):
                               require_media=False, on_error=data.on_error)
         skipped.skipped.extend(corpus.skipped.skipped)
         return UtteranceDataset(corpus.dialogues, model.processor, stage, labels, chains, notes=notes,
-                                needs_target=stage.reads_response, on_error=data.on_error, media_cache=cache)
+                                on_error=data.on_error, media_cache=cache)
 
     return StageData(dataset(data.train), dataset(data.eval) if data.eval else None, labels, skipped)

@@ -40,13 +40,16 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import Dataset
 
 from ..dialogue import Dialogue
-from ..errors import DataError, SkippedSample
+from ..data.dataset import class_labels
+from ..dialogue import last_speaker_index
+from ..errors import DataError, SkippedSample, skipped_or_raised
 from ..io import atomic_path
-from ..labels import LabelSets, UnknownEmotionError
+from ..labels import LabelSets
 from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, collate_media, merge_features
 from ..prompts import PromptMode
 from ..stages import Stage, get_stage
 from . import MODALITIES
+from .mcoe import mcoe_text
 
 VARIANT_CONFIG_NAME = "variant.yaml"
 VARIANT_WEIGHTS_NAME = "variant.safetensors"
@@ -100,17 +103,6 @@ class SoftPrompt(nn.Module):
 
 
 # ---------------------------------------------------------------------- data
-def last_speaker_turn(dialogue: Dialogue, modality: str) -> Optional[int]:
-    """Index of the last speaker turn that has ``modality`` (``text``: non-empty text)."""
-    for index in range(len(dialogue.turns) - 1, -1, -1):
-        turn = dialogue.turns[index]
-        if turn.role != "speaker":
-            continue
-        if (turn.text.strip() if modality == "text" else getattr(turn, modality) is not None):
-            return index
-    return None
-
-
 @dataclass
 class UtteranceExample:
     """One dialogue for a variant's stage: its prompt (and target), the user's utterance and
@@ -183,22 +175,20 @@ class UtteranceDataset(Dataset):
             Response LLM's notes where ``notes`` is set).
         notes: the prompt carries the dialogue's chain after the dialogue (MERIA's Response
             LLM).
-        needs_target: the stage trains the language model (its examples need a target).
         on_error: ``raise`` at a bad example or ``skip`` it (listed in the batch's ``skipped``).
         media_cache: encoder outputs cached on disk (``data.media_cache``); a cached clip is
             not decoded again, which is most of a PDR or joint-embedding step's time.
     """
 
     def __init__(self, dialogues: Sequence[Dialogue], processor, stage: Union[str, Stage], labels: LabelSets,
-                 chains: Optional[Dict[str, Any]] = None, notes: bool = False, needs_target: bool = True,
-                 on_error: str = "raise", media_cache=None):
+                 chains: Optional[Dict[str, Any]] = None, notes: bool = False, on_error: str = "raise",
+                 media_cache=None):
         self.dialogues = list(dialogues)
         self.processor = processor
         self.stage = get_stage(stage)
         self.labels = labels
         self.chains = chains
         self.notes = notes
-        self.needs_target = needs_target
         self.on_error = on_error
         self.media_cache = media_cache
 
@@ -213,11 +203,7 @@ class UtteranceDataset(Dataset):
         try:
             return self.example(dialogue)
         except DataError as error:
-            if error.record is None:
-                error = DataError(error.reason, error.file, dialogue.id, error.field)
-            if self.on_error == "raise":
-                raise error from None
-            return SkippedSample(error.file, error.record, error.field, error.reason)
+            return skipped_or_raised(error, dialogue.id, self.on_error)
 
     def _chain(self, dialogue: Dialogue):
         if self.chains is None:
@@ -229,12 +215,13 @@ class UtteranceDataset(Dataset):
         return chain
 
     def example(self, dialogue: Dialogue) -> UtteranceExample:
-        from .mcoe import mcoe_text
-
         layout = self.stage.layout
-        chain = self._chain(dialogue) if (layout is PromptMode.MCOE and self.needs_target) or self.notes else None
+        # A stage that trains the language model reads a target (the chain or the reply);
+        # the PDR and the joint embedding read the utterance alone.
+        needs_target = self.stage.reads_response
+        chain = self._chain(dialogue) if (layout is PromptMode.MCOE and needs_target) or self.notes else None
         target = None
-        if self.needs_target:
+        if needs_target:
             if layout is PromptMode.MCOE:
                 target = Target(text=mcoe_text(chain))
             else:
@@ -248,8 +235,6 @@ class UtteranceDataset(Dataset):
 
 def chain_notes(chain) -> Optional[str]:
     """The multimodal chain as MERIA's Response LLM reads it after the dialogue."""
-    from .mcoe import mcoe_text
-
     return None if chain is None else "Multimodal chain of empathy:\n" + mcoe_text(chain)
 
 
@@ -258,30 +243,15 @@ def utterance_example(dialogue: Dialogue, encoded: EncodedExample, processor, la
     """``encoded`` with the dialogue's last speaker utterance (text, speech, face; cached
     encoder outputs where ``media_cache`` has them) and the speaker's labels."""
     tokenizer = processor.tokenizer
-    text_at = last_speaker_turn(dialogue, "text")
+    text_at = last_speaker_index(dialogue, "text")
     text = dialogue.turns[text_at].text.strip() if text_at is not None else ""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"][-MAX_UTTERANCE_TOKENS:] if text else []
     media = {}
     for modality in ("audio", "video"):
-        at = last_speaker_turn(dialogue, modality)
+        at = last_speaker_index(dialogue, modality)
         media[modality] = processor.turn_media(dialogue, at, modality, media_cache) if at is not None else None
     profile = dialogue.speaker_profile or {}
-    out: Dict[str, int] = {}
-    if labels is not None:
-        for attribute in labels.profile:
-            value = profile.get(attribute)
-            out[attribute] = IGNORE_INDEX
-            if value is not None:
-                try:
-                    out[attribute] = labels.profile_index(attribute, value)
-                except ValueError as error:
-                    raise DataError(str(error), field=f"speaker_profile.{attribute}") from None
-        out["emotion"] = IGNORE_INDEX
-        if dialogue.emotion is not None:
-            try:
-                out["emotion"] = labels.emotion_index(dialogue.emotion)
-            except UnknownEmotionError as error:
-                raise DataError(str(error), field="emotion") from None
+    out = class_labels(labels, dialogue.emotion, profile, "speaker_profile") if labels is not None else {}
     identity = profile.get("ID") or profile.get("id")
     return UtteranceExample(encoded, torch.tensor(ids, dtype=torch.long), text, media["audio"], media["video"],
                             str(identity) if identity else None, out, dialogue.id)
@@ -301,6 +271,8 @@ class PrefixModel(nn.Module):
     options_class: Any = None
     groups: Tuple[str, ...] = ()
     """The parameter groups its stages train (every other parameter is ``frozen``)."""
+    fresh_groups: Tuple[str, ...] = ()
+    """Its groups that train from scratch (``optim.head_learning_rate``); LoRA only adapts."""
     late_options: Tuple[str, ...] = ()
     """Options a later stage may set differently from the model it starts from (those that
     change no parameter's shape and nothing an earlier stage trained)."""
@@ -335,9 +307,6 @@ class PrefixModel(nn.Module):
 
     def label_sets(self) -> LabelSets:
         return self.core.label_sets()
-
-    def set_label_sets(self, labels: LabelSets):
-        raise ValueError(f"{self.system} reads the model's label sets; data.labels is not supported for its stages")
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         self.core.gradient_checkpointing_enable(**kwargs)

@@ -77,12 +77,12 @@ def to_distribution(probabilities: Sequence[float], labels: Sequence[str]) -> Op
 
 
 def last_speaker_turn(dialogue: "Dialogue", modality: str) -> Optional["Turn"]:
-    """The last speaker turn whose ``modality`` (``"audio"`` or ``"video"``) is set: the
-    user's most recent expression is what the reply answers."""
-    for turn in reversed(dialogue.turns):
-        if turn.role == "speaker" and getattr(turn, modality) is not None:
-            return turn
-    return None
+    """The last speaker turn whose ``modality`` (``"audio"`` or ``"video"``) is set
+    (:func:`~empatheia.dialogue.last_speaker_index`)."""
+    from ..dialogue import last_speaker_index
+
+    index = last_speaker_index(dialogue, modality)
+    return dialogue.turns[index] if index is not None else None
 
 
 def speaker_text(dialogue: "Dialogue") -> str:
