@@ -5,24 +5,45 @@
 >>> response = model.respond(Dialogue([Turn("speaker", "I failed my driving test again.")]))
 """
 
-from .config import EmpatheiaConfig
-from .dialogue import Dialogue, Turn
-from .modeling import Empatheia
-from .processing import EmpatheiaProcessor, Target
-from .prompts import ChainOfEmpathy, PromptMode
-from .response import EmpatheticResponse, LabelPrediction
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ChainOfEmpathy",
-    "Dialogue",
-    "Empatheia",
-    "EmpatheiaConfig",
-    "EmpatheiaProcessor",
-    "EmpatheticResponse",
-    "LabelPrediction",
-    "PromptMode",
-    "Target",
-    "Turn",
-]
+# The public names load on first use, so that ``empatheia --help`` and the light
+# submodules (configs, labels, data checks) start without importing torch,
+# transformers and peft.
+_EXPORTS = {
+    "ChainOfEmpathy": "prompts",
+    "Dialogue": "dialogue",
+    "Empatheia": "modeling",
+    "EmpatheiaConfig": "config",
+    "EmpatheiaProcessor": "processing",
+    "EmpatheticResponse": "response",
+    "LabelPrediction": "response",
+    "PromptMode": "prompts",
+    "Target": "processing",
+    "Turn": "dialogue",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .config import EmpatheiaConfig as EmpatheiaConfig
+    from .dialogue import Dialogue as Dialogue, Turn as Turn
+    from .modeling import Empatheia as Empatheia
+    from .processing import EmpatheiaProcessor as EmpatheiaProcessor, Target as Target
+    from .prompts import ChainOfEmpathy as ChainOfEmpathy, PromptMode as PromptMode
+    from .response import EmpatheticResponse as EmpatheticResponse, LabelPrediction as LabelPrediction
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'empatheia' has no attribute {name!r}")
+    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Union
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING, Dict, List, Optional, Union
 
 from .prompts import ROLE_NAMES, ChainOfEmpathy
 
-AudioInput = Union[None, str, Path, np.ndarray, torch.Tensor]
-VideoInput = Union[None, str, Path, np.ndarray, torch.Tensor]
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+AudioInput = Union[None, str, Path, "np.ndarray", "torch.Tensor"]
+VideoInput = Union[None, str, Path, "np.ndarray", "torch.Tensor"]
 
 
 @dataclass

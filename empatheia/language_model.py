@@ -8,26 +8,19 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
+from peft.tuners.lora import LoraLayer
+from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
 from safetensors.torch import load_file, save_file
+from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from .config import LanguageModelConfig
 from .pretrained import converted_gguf_model, resolve_pretrained
-
-AUDIO_PLACEHOLDER = "<Aud>"
-VIDEO_PLACEHOLDER = "<Vid>"
-
-
-def audio_signal_tokens(n: int) -> List[str]:
-    return [f"<AUD{i}>" for i in range(1, n + 1)]
-
-
-def video_signal_tokens(n: int) -> List[str]:
-    return [f"<VID{i}>" for i in range(1, n + 1)]
+from .prompts import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER, audio_signal_tokens, video_signal_tokens
 
 
 @dataclass(frozen=True)
@@ -171,6 +164,52 @@ def _load_4bit(config: LanguageModelConfig):
     model = AutoModelForCausalLM.from_pretrained(str(source), quantization_config=quantization,
                                                  device_map={"": torch.cuda.current_device()})
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+# ---------------------------------------------------------------------- merged inference
+def merge_adapter(model: PeftModel) -> Callable[[], None]:
+    """Fold the active adapter into the base weights for answering, and return the function
+    that restores them exactly.
+
+    Unmerged, every generated token pays for the adapter twice over: each LoRA layer adds
+    its low-rank product, and peft's trainable-token layers rebuild the whole embedding
+    matrix and LM head (``vocab x H``) to write the signal rows into them. Merged, the base
+    layers already hold ``W + BA`` and the signal rows, and the model runs as fast as the
+    plain base model.
+
+    peft's own ``unmerge`` subtracts ``BA`` again, which leaves rounding in ``W``; here each
+    LoRA layer keeps its original weight tensor (on the CPU when the model is not), and the
+    signal rows come back from peft's saved originals, so training resumes on exactly the
+    weights it left. Merging costs one extra copy of the LoRA-targeted weights on the CPU
+    (q/k/v/o: about 110 MB for ``small``, 4.3 GB for ``paper`` in fp16)."""
+    adapter = model.active_adapter
+    originals: List[Tuple[nn.Module, torch.Tensor]] = []
+    token_layers: List[TrainableTokensLayer] = []
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, LoraLayer) and adapter in module.lora_A and adapter not in module.merged_adapters:
+                base = module.get_base_layer()
+                weight = base.weight.data
+                if not weight.is_floating_point():
+                    raise ValueError(f"cannot merge the adapter into {type(base).__name__}'s quantised weights")
+                delta = module.get_delta_weight(adapter).to(weight.dtype)
+                originals.append((module, weight if weight.device.type == "cpu" else weight.to("cpu")))
+                base.weight.data = weight + delta
+                module.merged_adapters.append(adapter)
+            elif isinstance(module, TrainableTokensLayer) and adapter in module.token_indices and not module.merged:
+                module.merge(adapter_names=[adapter])
+                token_layers.append(module)
+
+    def restore() -> None:
+        with torch.no_grad():
+            for module, weight in originals:
+                base = module.get_base_layer()
+                base.weight.data = weight.to(base.weight.device)
+                module.merged_adapters.remove(adapter)
+            for module in token_layers:
+                module.unmerge()
+
+    return restore
 
 
 # ---------------------------------------------------------------------- adapter files

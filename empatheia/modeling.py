@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from .language_model import (
     build_tokenizer,
     check_adapter_config,
     load_adapter_weights,
+    merge_adapter,
     save_adapter,
     special_token_ids,
 )
@@ -76,6 +77,26 @@ class GeneratedText:
     texts: List[str]
     scores: Optional[List[torch.Tensor]] = None
     """The logits ``(B, V)`` of each of the first ``score_steps`` generated steps."""
+    cache: Optional["GenerationCache"] = None
+    """What the generation computed, for the signal pass to reuse (``keep_cache``)."""
+
+
+@dataclass
+class GenerationCache:
+    """The key/value cache that generating a batch left, with the last hidden states and
+    token ids of the ``C`` columns it holds: the left-padded prompts (``P`` columns), then
+    the generated tokens that were fed back (all but the last)."""
+
+    past_key_values: Any
+    """The language model's cache (a transformers ``Cache``) of those ``C`` columns."""
+    hidden: torch.Tensor
+    """``(B, C, H)`` last hidden states."""
+    input_ids: torch.Tensor
+    """``(B, C)`` token ids."""
+    prompt_lengths: torch.Tensor
+    """``(B,)`` real (unpadded) prompt tokens per row."""
+    prompt_width: int
+    """``P``: the columns of the left-padded prompts, where every prompt ends."""
 
 
 class Empatheia(nn.Module, Responder):
@@ -103,6 +124,8 @@ class Empatheia(nn.Module, Responder):
         dtype: Optional[torch.dtype] = None,
     ):
         super().__init__()
+        # Set while the adapter is merged into the base weights (merge_adapter): restores them.
+        self._restore_adapter: Optional[Callable[[], None]] = None
         self.config = config
         lm_config = config.language_model
         # Random weights come from the config's seed without touching the caller's RNG,
@@ -158,7 +181,7 @@ class Empatheia(nn.Module, Responder):
         model = cls(config, dtype=dtype)
         if state is not None:
             model.load_trained_state_dict(state, source=str(weights))
-        return model
+        return model.eval()
 
     @property
     def device(self) -> torch.device:
@@ -260,6 +283,39 @@ class Empatheia(nn.Module, Responder):
         if self.stage is not None:
             self.set_stage(self.stage)
         return self
+
+    # ================================================================== merged adapter
+    def merge_adapter(self) -> "Empatheia":
+        """Fold the LoRA adapter and the signal tokens' rows into the language model's base
+        weights (:func:`~empatheia.language_model.merge_adapter`), so that answering runs
+        at the plain base model's speed. :meth:`respond` does this itself in eval mode;
+        :meth:`train`, moving the model (``.to``) and loading weights undo it, restoring
+        the unmerged weights exactly. A 4-bit model stays unmerged."""
+        if self._restore_adapter is None and not self.config.language_model.load_in_4bit:
+            self._restore_adapter = merge_adapter(self.language_model)
+        return self
+
+    def unmerge_adapter(self) -> "Empatheia":
+        """Undo :meth:`merge_adapter` (nothing to do when the adapter is not merged)."""
+        if self._restore_adapter is not None:
+            restore, self._restore_adapter = self._restore_adapter, None
+            restore()
+        return self
+
+    @property
+    def adapter_merged(self) -> bool:
+        return self._restore_adapter is not None
+
+    def train(self, mode: bool = True) -> "Empatheia":
+        # Merged, the LoRA matrices would get no gradient.
+        if mode:
+            self.unmerge_adapter()
+        return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):
+        # The merge keeps the original weights aside, where .to() and .half() cannot reach.
+        self.unmerge_adapter()
+        return super()._apply(fn, *args, **kwargs)
 
     def gradient_checkpointing_enable(self, **kwargs) -> None:
         """Recompute the language model's activations in backward to save memory."""
@@ -543,6 +599,8 @@ class Empatheia(nn.Module, Responder):
         score_steps: int = 0,
         prefix: Optional[torch.Tensor] = None,
         notes: Optional[Sequence[Optional[str]]] = None,
+        keep_cache: bool = False,
+        progress: Optional[Callable[[int], None]] = None,
     ) -> GeneratedText:
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
@@ -552,7 +610,11 @@ class Empatheia(nn.Module, Responder):
 
         The variants of :mod:`empatheia.variants.prefix` give ``prefix`` ``(B, k, H)``,
         virtual tokens read before each prompt (kept free in ``max_length`` too), and
-        ``notes``, one text per dialogue that the prompt carries after the dialogue."""
+        ``notes``, one text per dialogue that the prompt carries after the dialogue.
+
+        ``keep_cache`` keeps what the generation computed (:class:`GenerationCache`) for
+        :meth:`answer_hidden_states`; ``progress`` is called with the number of tokens
+        written so far after each step."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
@@ -568,22 +630,95 @@ class Empatheia(nn.Module, Responder):
             # and the prompt's right after it, as in training.
             embeddings = torch.cat([prefix.to(embeddings.dtype), embeddings], dim=1)
             attention_mask = torch.cat([attention_mask.new_ones(prefix.shape[:2]), attention_mask], dim=1)
+        if keep_cache and prefix is not None:
+            raise ValueError("keep_cache is for prompts without a prefix")
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
-        output = self.language_model.generate(
-            inputs_embeds=embeddings,
-            attention_mask=attention_mask,
-            max_new_tokens=max_new_tokens,
-            # Stop at the end of the text or where the model starts its signal tokens:
-            # those are appended by the signal pass rather than decoded one by one.
-            eos_token_id=[self.token_ids.eos, self.token_ids.audio_signals[0]],
-            pad_token_id=self.token_ids.pad,
-            logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
-            return_dict_in_generate=True,
-            **sampling,
-        )
+        processors = [p for p in (recorder, _StepCounter(progress) if progress is not None else None) if p is not None]
+        states: List[torch.Tensor] = []
+        hook = self._hf_model().base_model.register_forward_hook(
+            lambda module, inputs, output: states.append(output[0])) if keep_cache else None
+        try:
+            output = self.language_model.generate(
+                inputs_embeds=embeddings,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                # Stop at the end of the text or where the model starts its signal tokens:
+                # those are appended by the signal pass rather than decoded one by one.
+                eos_token_id=[self.token_ids.eos, self.token_ids.audio_signals[0]],
+                pad_token_id=self.token_ids.pad,
+                logits_processor=LogitsProcessorList(processors) if processors else None,
+                return_dict_in_generate=True,
+                **sampling,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
         texts = self.tokenizer.batch_decode(output.sequences, skip_special_tokens=True)
-        return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None)
+        cache = None
+        if keep_cache:
+            hidden = torch.cat(states, dim=1)  # the prefill's columns, then one per fed-back token
+            columns = hidden.shape[1]
+            cache = GenerationCache(
+                past_key_values=output.past_key_values,
+                hidden=hidden,
+                input_ids=torch.cat([batch["input_ids"], output.sequences], dim=1)[:, :columns],
+                prompt_lengths=batch["attention_mask"].sum(1),
+                prompt_width=batch["input_ids"].shape[1],
+            )
+        return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None,
+                             cache)
+
+    def answer_hidden_states(self, batch: Dict[str, torch.Tensor], written: GeneratedText) -> torch.Tensor:
+        """The language model's last hidden states ``(B, L, H)`` of ``batch`` (right-padded
+        rows: each prompt, the text it was answered with, as the template writes it, and the
+        signal tokens), equal to :meth:`hidden_states` of it, but computed only where the
+        generation (``written``, made with ``keep_cache``) did not already compute them.
+
+        A row's columns are reused as far as its tokens agree with what was generated,
+        which, when the text round-trips through the template, is everything before the
+        signal tokens; the rest (the signal tokens, plus any text the template writes
+        differently) runs through the model on top of the cache. A batch whose prompts
+        differ from the generation's runs whole."""
+        cache = written.cache
+        if cache is None:
+            return self.hidden_states(batch, media=written.media)
+        ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+        rows, length = ids.shape
+        width = cache.input_ids.shape[1]  # C
+        device = ids.device
+        # Row r's token t sits at cache column offset[r] + t (its prompt ends at column P).
+        offset = cache.prompt_width - cache.prompt_lengths  # (B,)
+        position = torch.arange(length, device=device).expand(rows, -1)  # (B, L)
+        column = position + offset[:, None]
+        in_cache = column < width
+        agree = in_cache & mask & (cache.input_ids.gather(1, column.clamp(max=width - 1)) == ids)
+        reused = agree.long().cumprod(dim=1).sum(dim=1)  # (B,) leading tokens the cache holds
+        if bool((reused < cache.prompt_lengths).any()):
+            return self.hidden_states(batch, media=written.media)
+        remaining = mask.sum(1) - reused  # (B,)
+        steps = int(remaining.max())
+        states = cache.hidden
+        if steps > 0:
+            step = torch.arange(steps, device=device).expand(rows, -1)  # (B, S)
+            new_mask = step < remaining[:, None]
+            new_ids = ids.gather(1, (reused[:, None] + step).clamp(max=length - 1)).masked_fill(~new_mask, self.token_ids.pad)
+            # Cached columns after a row's agreeing tokens (text written differently, or
+            # padding after the row stopped) are masked out, like its left padding.
+            cache_column = torch.arange(width, device=device).expand(rows, -1)
+            cache_mask = (cache_column >= offset[:, None]) & (cache_column < (offset + reused)[:, None])
+            decoder = self._hf_model().base_model
+            new = decoder(
+                inputs_embeds=self.embed_inputs(new_ids),  # past the prompt: no media placeholders
+                attention_mask=torch.cat([cache_mask, new_mask], dim=1).long(),
+                position_ids=reused[:, None] + step,
+                past_key_values=cache.past_key_values,
+                use_cache=True,
+            ).last_hidden_state  # (B, S, H)
+            states = torch.cat([states, new], dim=1)  # (B, C + S, H)
+        source = torch.where(position < reused[:, None], column, width + position - reused[:, None])
+        source = source.clamp(max=states.shape[1] - 1)  # padding positions: never read
+        return states.gather(1, source.unsqueeze(-1).expand(-1, -1, states.shape[-1]))
 
     def label_predictions(self, logits: torch.Tensor) -> List[Optional[LabelPrediction]]:
         """Next-token logits ``(B, V)`` as distributions over
@@ -596,11 +731,12 @@ class Empatheia(nn.Module, Responder):
     def _network(self) -> nn.Module:
         return self
 
-    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
-        """The language model writes the Chain of Empathy and the response; then the
-        prompt, that text and the 32 signal tokens run through it once more in a single
-        forward pass, whose hidden states feed the Content Synchronizer (response tokens)
-        and the Style Disentangler (signal tokens), and, with
+    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak, progress=None):
+        """The language model writes the Chain of Empathy and the response (with the
+        adapter merged, :meth:`merge_adapter`, unless training); then the 32 signal tokens
+        run through it on top of the generation's cache (:meth:`answer_hidden_states`), and
+        the hidden states of the whole sequence feed the Content Synchronizer (response
+        tokens) and the Style Disentangler (signal tokens), and, with
         ``language_model.chain_emotions``, give ``response.chain_emotion``
         (:meth:`chain_emotion_predictions`). ``speech_lengths`` gives the content lengths
         per dialogue (speech units: rows of C^s and of C^v); by default the speech
@@ -613,8 +749,11 @@ class Empatheia(nn.Module, Responder):
         alignment (which unit sounds when), so the mouth follows the speech that was
         actually generated."""
         device = self.device
-        written = self.generate_text(items, PromptMode.FULL, max_new_tokens, do_sample, temperature, top_p)
-        prompts, media, texts = written.prompts, written.media, written.texts
+        if not self.training:
+            self.merge_adapter()
+        written = self.generate_text(items, PromptMode.FULL, max_new_tokens, do_sample, temperature, top_p,
+                                     keep_cache=True, progress=progress)
+        prompts, texts = written.prompts, written.texts
         parsed = [parse_chain(text) for text in texts]
 
         full = [
@@ -645,7 +784,8 @@ class Empatheia(nn.Module, Responder):
             # The Content Synchronizer writes exactly the phonemes the voice will read.
             speech_lengths = [max(1, self.generators()[0].content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
-        hidden = self.hidden_states(full_batch, media=media)
+        hidden = self.answer_hidden_states(full_batch, written)
+        del written  # the cache
         if speech_lengths is None:
             speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
@@ -704,6 +844,7 @@ class Empatheia(nn.Module, Responder):
     def load_trained_state_dict(self, state: Dict[str, torch.Tensor], source: str = "state dict") -> None:
         """Load what :meth:`trained_state_dict` returns; any missing or unexpected key is an
         error naming it."""
+        self.unmerge_adapter()
         lm_state = {k[len(_LM_PREFIX) :]: v for k, v in state.items() if k.startswith(_LM_PREFIX)}
         expected_lm = set(adapter_state_dict(self.language_model))
         problems = []
@@ -785,7 +926,7 @@ class Empatheia(nn.Module, Responder):
         if (directory / ADAPTER_CONFIG_NAME).is_file():
             check_adapter_config(model.language_model, directory)
         model.load_trained_state_dict(load_trained_state(directory), source=str(directory))
-        return model
+        return model.eval()
 
 
 def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
@@ -826,6 +967,18 @@ class _FirstLogits(LogitsProcessor):
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if len(self.kept) < self.steps:
             self.kept.append(scores.detach().clone())
+        return scores
+
+
+class _StepCounter(LogitsProcessor):
+    """Calls ``progress`` with the number of steps generated so far; changes no logit."""
+
+    def __init__(self, progress: Callable[[int], None]):
+        self.progress, self.steps = progress, 0
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.steps += 1
+        self.progress(self.steps)
         return scores
 
 

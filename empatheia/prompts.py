@@ -13,7 +13,21 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from .language_model import AUDIO_PLACEHOLDER, VIDEO_PLACEHOLDER
+AUDIO_PLACEHOLDER = "<Aud>"
+VIDEO_PLACEHOLDER = "<Vid>"
+"""Where a turn's projected speech / video features enter the prompt (one token per
+feature row)."""
+
+
+def audio_signal_tokens(n: int) -> List[str]:
+    """The ``<AUD1..n>`` signal tokens that the language model writes for the speech."""
+    return [f"<AUD{i}>" for i in range(1, n + 1)]
+
+
+def video_signal_tokens(n: int) -> List[str]:
+    """The ``<VID1..n>`` signal tokens that the language model writes for the video."""
+    return [f"<VID{i}>" for i in range(1, n + 1)]
+
 
 ROLE_NAMES = {"speaker": "Speaker", "listener": "Listener"}
 

@@ -10,7 +10,7 @@ animated, batched and handed over part by part is written once, here.
 
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -29,9 +29,11 @@ class Responder:
     speech."""
 
     def _answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], do_sample: bool, temperature: float,
-                top_p: float, speech_lengths: Optional[Sequence[int]], speak: bool) -> List[EmpatheticResponse]:
+                top_p: float, speech_lengths: Optional[Sequence[int]], speak: bool,
+                progress: Optional[Callable[[int], None]] = None) -> List[EmpatheticResponse]:
         """Each dialogue's text, chain, emotions and generator features, without speech
-        or video (``speak`` says whether they will be spoken)."""
+        or video (``speak`` says whether they will be spoken; ``progress`` is called with
+        the number of tokens written so far)."""
         raise NotImplementedError
 
     def _network(self) -> torch.nn.Module:
@@ -52,6 +54,7 @@ class Responder:
         speech_lengths: Optional[Sequence[int]] = None,
         speak: bool = False,
         animate: bool = False,
+        progress: Optional[Callable[[int], None]] = None,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
         """Answer one dialogue or a batch of them: the text, the Chain of Empathy, the
         emotions and the generator features of each (how, the system's class says).
@@ -61,7 +64,8 @@ class Responder:
         generator turns the answer into ``response.audio``; with ``animate`` the
         talking head also turns that speech into ``response.video`` (animating needs the
         speech, so it speaks too). The listener's avatar (``avatars()``) gives the voice
-        and the portrait.
+        and the portrait. ``progress``, when given, is called with the number of tokens
+        written so far while the text is being written.
         """
         single = isinstance(dialogues, Dialogue)
         items = [dialogues] if single else list(dialogues)
@@ -72,7 +76,8 @@ class Responder:
         was_training = network.training
         network.eval()
         try:
-            responses = self._answer(items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak)
+            responses = self._answer(items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak,
+                                     progress)
         finally:
             network.train(was_training)
         for dialogue, response in zip(items, responses) if speak else ():

@@ -16,7 +16,7 @@ from empatheia.labels import EMOTION_LABELS
 from empatheia.processing import Target
 from empatheia.prompts import MetaResponse, PromptMode, meta_text, parse_meta
 from empatheia.stages import get_stage
-from empatheia.variants.build import build_e3rg, build_pipeline, pipeline_styles
+from empatheia.variants.build import build_pipeline, pipeline_styles
 from empatheia.variants.e3rg import E3RGSystem
 from empatheia.variants.memory import EmpathyMemory, user_key
 from empatheia.variants.pipeline import PipelineSystem

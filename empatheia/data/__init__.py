@@ -4,34 +4,54 @@ fold of :mod:`empatheia.labels`, re-exported here).
 See ``docs/data.md`` for the formats and a walk-through.
 """
 
-from .cache import MediaFeatureCache
-from .dataset import StageCollator, StageDataset, StageExample, gold_feature_sources
-from ..errors import DataError, SkippedSample, SkipReport
-from ..faces import FaceCropper, NoFaceError
-from ..labels import EMOTION_FOLD, UnknownEmotionError, fold_emotion
-from .gold_features import FeatureSource, GoldFeatureExtractor, GoldFeatureStore, extract_gold_features
-from .readers import FORMATS, DialogueCorpus, avamerg_dialogue, read_dataset
+from importlib import import_module
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "DataError",
-    "DialogueCorpus",
-    "EMOTION_FOLD",
-    "FORMATS",
-    "FaceCropper",
-    "FeatureSource",
-    "GoldFeatureExtractor",
-    "GoldFeatureStore",
-    "MediaFeatureCache",
-    "NoFaceError",
-    "SkipReport",
-    "SkippedSample",
-    "StageCollator",
-    "StageDataset",
-    "StageExample",
-    "UnknownEmotionError",
-    "avamerg_dialogue",
-    "extract_gold_features",
-    "fold_emotion",
-    "gold_feature_sources",
-    "read_dataset",
-]
+# Loaded on first use: reading and checking a dataset's text needs neither torch nor the
+# face detector, and the command line's parser reads FORMATS.
+_EXPORTS = {
+    "MediaFeatureCache": ".cache",
+    "StageCollator": ".dataset",
+    "StageDataset": ".dataset",
+    "StageExample": ".dataset",
+    "gold_feature_sources": ".dataset",
+    "DataError": "..errors",
+    "SkippedSample": "..errors",
+    "SkipReport": "..errors",
+    "FaceCropper": "..faces",
+    "NoFaceError": "..faces",
+    "EMOTION_FOLD": "..labels",
+    "UnknownEmotionError": "..labels",
+    "fold_emotion": "..labels",
+    "FeatureSource": ".gold_features",
+    "GoldFeatureExtractor": ".gold_features",
+    "GoldFeatureStore": ".gold_features",
+    "extract_gold_features": ".gold_features",
+    "FORMATS": ".readers",
+    "DialogueCorpus": ".readers",
+    "avamerg_dialogue": ".readers",
+    "read_dataset": ".readers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from ..errors import DataError as DataError, SkippedSample as SkippedSample, SkipReport as SkipReport
+    from ..faces import FaceCropper as FaceCropper, NoFaceError as NoFaceError
+    from ..labels import EMOTION_FOLD as EMOTION_FOLD, UnknownEmotionError as UnknownEmotionError, fold_emotion as fold_emotion
+    from .cache import MediaFeatureCache as MediaFeatureCache
+    from .dataset import StageCollator as StageCollator, StageDataset as StageDataset, StageExample as StageExample, gold_feature_sources as gold_feature_sources
+    from .gold_features import FeatureSource as FeatureSource, GoldFeatureExtractor as GoldFeatureExtractor, GoldFeatureStore as GoldFeatureStore, extract_gold_features as extract_gold_features
+    from .readers import FORMATS as FORMATS, DialogueCorpus as DialogueCorpus, avamerg_dialogue as avamerg_dialogue, read_dataset as read_dataset
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'empatheia.data' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -77,7 +77,8 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     precision = resolve_precision(config, proc.device)
     ds_config = deepspeed_config(config, proc.world_size, deepspeed_precision(precision, proc.device))
 
-    model.set_stage(config.stage)
+    # Models load in eval mode, with the adapter merged once they have answered.
+    model.set_stage(config.stage).train()
     if config.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.to(proc.device)

@@ -12,7 +12,7 @@ head derives its content from that speech (C^v is ``None``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -60,14 +60,15 @@ class VariantSystem(Responder):
     def _network(self) -> torch.nn.Module:
         return self.model
 
-    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak):
+    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak, progress=None):
         if speech_lengths is not None:
             raise ValueError(f"{self.name} has no Content Synchronizer: the speech generator decides the lengths")
-        return self.answer(items, max_new_tokens, do_sample, temperature, top_p)
+        return self.answer(items, max_new_tokens, do_sample, temperature, top_p, progress)
 
     def answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], do_sample: bool, temperature: float,
-               top_p: float) -> List[EmpatheticResponse]:
-        """The responses' text, emotions and styles (no media yet)."""
+               top_p: float, progress: Optional[Callable[[int], None]] = None) -> List[EmpatheticResponse]:
+        """The responses' text, emotions and styles (no media yet); ``progress`` as for
+        :meth:`respond`."""
         raise NotImplementedError
 
 

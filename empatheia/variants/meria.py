@@ -36,7 +36,7 @@ of it reaches the generators.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from peft import LoraConfig
@@ -205,14 +205,15 @@ class MeriaModel(PrefixModel):
 
 
     def write_chains(self, items: Sequence[Dialogue], prefix: Optional[torch.Tensor] = None, do_sample: bool = False,
-                     temperature: float = 0.7, top_p: float = 0.9) -> List[MultimodalChain]:
+                     temperature: float = 0.7, top_p: float = 0.9,
+                     progress: Optional[Callable[[int], None]] = None) -> List[MultimodalChain]:
         """The M-CoE LLM's multimodal chain of each dialogue (``prefix``: their soft
-        prompts, when already computed)."""
+        prompts, when already computed; ``progress`` as for ``respond``)."""
         if prefix is None:
             prefix = self.prefix(self.inference_batch(items, PromptMode.MCOE))
         with self.adapter("default"):
             written = self.core.generate_text(items, PromptMode.MCOE, self.options.chain_tokens, do_sample, temperature,
-                                              top_p, reserve_signals=False, prefix=prefix)
+                                              top_p, reserve_signals=False, prefix=prefix, progress=progress)
         return [parse_mcoe(text) for text in written.texts]
 
 
@@ -254,22 +255,23 @@ class MeriaSystem(PipelineSystem):
         self.meria.to(*args, **kwargs)
         return self
 
-    def write(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p):
+    def write(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p, progress=None):
         meria, core = self.meria, self.model
         prefix = meria.prefix(meria.inference_batch(items, PromptMode.MCOE))
         if not meria.options.use_mcoe:
             self.last_chains = [None] * len(items)
             with meria.adapter(RESPONSE_ADAPTER):
                 return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                          reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, prefix=prefix)
-        self.last_chains = meria.write_chains(items, prefix, do_sample, temperature, top_p)
+                                          reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, prefix=prefix,
+                                          progress=progress)
+        self.last_chains = meria.write_chains(items, prefix, do_sample, temperature, top_p, progress)
         with meria.adapter(RESPONSE_ADAPTER):
             return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
                                       reserve_signals=False, score_steps=EMOTION_STEP_LIMIT,
-                                      notes=[chain_notes(c) for c in self.last_chains])
+                                      notes=[chain_notes(c) for c in self.last_chains], progress=progress)
 
-    def answer(self, items, max_new_tokens, do_sample, temperature, top_p):
-        written = self.write(items, max_new_tokens, do_sample, temperature, top_p)
+    def answer(self, items, max_new_tokens, do_sample, temperature, top_p, progress=None):
+        written = self.write(items, max_new_tokens, do_sample, temperature, top_p, progress)
         chains = preambles = None
         if self.meria.options.use_mcoe:
             chains = [c.chain or ChainOfEmpathy(raw=c.raw, parsed=False) for c in self.last_chains]

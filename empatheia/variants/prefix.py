@@ -48,7 +48,6 @@ from ..labels import LabelSets
 from ..processing import IGNORE_INDEX, EncodedExample, MediaItem, Target, collate_media, merge_features
 from ..prompts import PromptMode
 from ..stages import Stage, get_stage
-from . import MODALITIES
 from .mcoe import mcoe_text
 
 VARIANT_CONFIG_NAME = "variant.yaml"
@@ -378,6 +377,7 @@ class PrefixModel(nn.Module):
     def adapters_off(self) -> Iterator[None]:
         """The base language model, without any LoRA (the text feature is the frozen
         model's, the same in every stage)."""
+        self.core.unmerge_adapter()  # peft's unmerge, on disabling, would leave rounding
         with self.core.language_model.disable_adapter():
             yield
 
@@ -386,6 +386,7 @@ class PrefixModel(nn.Module):
         """Run the language model with its adapter ``name``."""
         lm = self.core.language_model
         before = lm.active_adapter
+        self.core.unmerge_adapter()  # a merged adapter would stay in the base weights
         if name == before:
             yield
             return
