@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from .config_loader import ConfigError, add_set_argument, preset_names
 from .variants import SYSTEMS
-from .loading import load_labels, load_system, model_overrides, progress, system_arguments
+from .loading import WritingProgress, load_labels, load_system, model_overrides, progress, system_arguments
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
@@ -64,7 +64,12 @@ def respond(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     model = _warm_model(args, speak=args.speak or args.animate)
     progress(f"responding to dialogue {dialogue.id}")
-    response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate)
+    writing = WritingProgress()
+    try:
+        response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate,
+                                 progress=writing)
+    finally:
+        writing.done()
     out = response.save(args.out, dialogue)
     progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "chain_emotion": response.chain.speaker_emotion,

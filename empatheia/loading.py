@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, TextIO
 
 from .config_loader import ConfigError, parse_sets
 
@@ -17,6 +18,35 @@ if TYPE_CHECKING:
 
 def progress(message: str) -> None:
     print(f"[empatheia] {message}", file=sys.stderr, flush=True)
+
+
+class WritingProgress:
+    """The progress line while a model writes an answer: pass it as ``respond``'s
+    ``progress``. On a terminal it is one line on standard error, rewritten with each
+    token; elsewhere (a log, a pipe) a line every ``every`` seconds, so a slow answer is
+    never silent and a fast one adds nothing. :meth:`done` ends the line."""
+
+    def __init__(self, what: str = "writing the answer", stream: Optional[TextIO] = None, every: float = 5.0):
+        self.what, self.stream, self.every = what, stream if stream is not None else sys.stderr, every
+        self.start = self.shown = time.perf_counter()
+        self.tokens = 0
+        self.live = self.stream.isatty()
+
+    def __call__(self, tokens: int) -> None:
+        self.tokens = tokens
+        now = time.perf_counter()
+        if self.live:
+            self.stream.write(f"\r[empatheia] {self.what}: {tokens} tokens, {now - self.start:.1f}s")
+            self.stream.flush()
+        elif now - self.shown >= self.every:
+            self.shown = now
+            progress(f"{self.what}: {tokens} tokens after {now - self.start:.0f}s")
+
+    def done(self) -> None:
+        if self.live and self.tokens:
+            self.stream.write("\n")
+            self.stream.flush()
+        self.tokens = 0  # ended: a second call writes nothing
 
 
 def model_overrides(args: argparse.Namespace) -> Dict[str, Any]:

@@ -94,6 +94,7 @@ class Responder:
         speak: bool = False,
         animate: bool = False,
         avatar=None,
+        progress: Optional[Callable[[int], None]] = None,
     ) -> Iterator[Tuple[str, EmpatheticResponse]]:
         """Answer one dialogue as :meth:`respond` does (greedy), handing the answer over
         as each part becomes ready: ``("text", response)`` with the text, the Chain of
@@ -104,7 +105,8 @@ class Responder:
 
         ``avatar`` (an :class:`empatheia.generators.base.Avatar`) speaks instead of the
         listener's avatar from ``avatars()``: one that a caller keeps for itself, such
-        as a portrait a user uploaded, never enters the shared registry.
+        as a portrait a user uploaded, never enters the shared registry. ``progress`` as
+        for :meth:`respond`.
         """
         speak = speak or animate
         network = self._network()
@@ -114,7 +116,7 @@ class Responder:
         # caller runs its own code between them.
         try:
             with torch.no_grad():
-                (response,) = self._answer([dialogue], max_new_tokens, False, 1.0, 1.0, None, speak)
+                (response,) = self._answer([dialogue], max_new_tokens, False, 1.0, 1.0, None, speak, progress)
         finally:
             network.train(was_training)
         yield "text", response

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, TextIO
 
 from ..dialogue import Turn
+from ..loading import WritingProgress
 from .conversation import Conversation, TurnUpdate, answer_turn
 from .uploads import UploadError, UploadLimits, check_size, decode_audio, decode_video
 
@@ -100,12 +101,17 @@ class Chat:
         turn = Turn("speaker", text, audio=None if audio is None else audio.samples,
                     sample_rate=None if audio is None else audio.sample_rate,
                     video=None if video is None else video.frames)
+        writing = WritingProgress("the avatar is writing")
         try:
             for update in answer_turn(self.model, self.conversation, turn, self.speak, self.animate,
-                                      self.max_new_tokens):
+                                      self.max_new_tokens, progress=writing):
+                if update.stage == "text":
+                    writing.done()
                 self.show(update)
         except ValueError as error:  # bad media the model refuses (no face, ...): say so and go on
             self.write(f"error: {error}")
+        finally:
+            writing.done()
 
     def show(self, update: TurnUpdate) -> None:
         response = update.response

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from ..dialogue import Dialogue, Turn
 from ..response import EmpatheticResponse
@@ -104,18 +104,21 @@ def answer_turn(
     speak: bool = True,
     animate: bool = True,
     max_new_tokens: Optional[int] = None,
+    progress: Optional[Callable[[int], None]] = None,
 ) -> Iterator[TurnUpdate]:
     """Answer ``user_turn`` with ``model`` (an :class:`~empatheia.Empatheia`), writing the
     files into ``conversation.turn_folder(n)`` as each part is ready and handing over an
     update after each. The conversation takes the turn only once it is done, so a turn
-    that fails leaves it as it was."""
+    that fails leaves it as it was. ``progress`` is called with the number of tokens
+    written so far while the text is being written."""
     number = conversation.answered + 1
     folder = conversation.turn_folder(number)
     folder.mkdir(parents=True, exist_ok=True)
     dialogue = conversation.dialogue(user_turn)
     start, seconds = time.perf_counter(), {}
     stages = model.respond_in_stages(
-        dialogue, max_new_tokens=max_new_tokens, speak=speak, animate=animate, avatar=conversation.avatar
+        dialogue, max_new_tokens=max_new_tokens, speak=speak, animate=animate, avatar=conversation.avatar,
+        progress=progress,
     )
     response = None
     for stage, response in stages:
