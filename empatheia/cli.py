@@ -14,28 +14,47 @@
 Every command that reads a config takes ``--set key=value ...`` (the model's keys for
 ``respond``, ``eval``, ``data render`` and ``data extract-features --generators-of``; the
 stage config's for ``train``), parsed by :mod:`empatheia.config_loader`.
+
+Errors
+------
+:func:`main` is the one error boundary of every command: an expected failure (bad data,
+a bad config, a file that cannot be read or written, a full disk, a model that cannot
+load, a device that is not there) ends as one line on standard error,
+``error: <file>, record <id>, field '<name>': <reason>`` with what is known, and exit
+status 1. Any other exception is a bug and keeps its traceback; set ``EMPATHEIA_DEBUG=1``
+to see the traceback of expected failures too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .config_loader import ConfigError, add_set_argument, preset_names
+from .errors import DataError
 from .variants import SYSTEMS
-from .loading import WritingProgress, load_labels, load_system, model_overrides, progress, system_arguments
+from .loading import WritingProgress, check_device, load_labels, load_system, model_overrides, progress, system_arguments
+
+DEBUG_VARIABLE = "EMPATHEIA_DEBUG"
+"""Set (to anything but empty) to show the traceback of an expected failure too."""
 
 
 def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
+    from .data.readers import find_bad_text
+    from .io import NESTING_REASON, parse_json, read_text
+
+    text = read_text(path)  # a folder, a missing file and text that is not UTF-8 are DataErrors
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SystemExit(f"error: {path} not found")
-    except json.JSONDecodeError as error:
-        raise SystemExit(f"error: {path}: not valid JSON ({error})")
+        data = parse_json(text, path)
+    except DataError as error:
+        if error.reason == NESTING_REASON:
+            raise
+        raise DataError(f"not valid JSON ({error.reason})", file=path) from None
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
@@ -50,17 +69,71 @@ def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
         raise SystemExit(
             f"error: {path} holds {len(data)} conversations (first ids {ids}); choose one with --conversation ID"
         )
-    return data[0]
+    conversation = data[0]
+    bad = find_bad_text(conversation)
+    if bad is not None:
+        raise DataError(bad[1], file=path, record=str(conversation.get("conversation_id", "?")), field=bad[0] or None)
+    return conversation
+
+
+def _in_conversation(error: DataError, path: Path, turn: Optional[int] = None) -> DataError:
+    """``error`` said in the terms of the conversation file ``path``: a media file is
+    named after the file that refers to it, and, for an error of the dialogue built from
+    the file's turn ``turn``, that dialogue's turn ``i`` is ``dialogue_history[i]``."""
+    field = error.field
+    match = re.fullmatch(r"turns\[(\d+)\]\.(\w+)", field or "") if turn is not None else None
+    if match:
+        attribute = "utterance" if match[2] == "text" else match[2]
+        field = f"turns[{turn}].dialogue_history[{match[1]}].{attribute}"
+    file = f"{path}: {error.file}" if error.file and error.file != str(path) else str(path)
+    return type(error)(error.reason, file=file, record=error.record, field=field)
+
+
+def _writable_folder(out: Path) -> None:
+    """``--out`` must be, or be creatable as, a folder: checked before the model loads."""
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: --out {out}: exists and is not a folder")
+    existing = next(parent for parent in (out, *out.parents) if parent.exists())
+    if not existing.is_dir():
+        raise SystemExit(f"error: --out {out}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise SystemExit(f"error: --out {out}: {existing} is not writable")
+
+
+def _remove_new(folder: Path, before: Optional[set]) -> None:
+    """Undo a save that failed midway: the entries of ``folder`` that were not in
+    ``before``, and the folder itself where it did not exist (``before`` is ``None``)."""
+    import shutil
+
+    if not folder.is_dir():
+        return
+    if before is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for entry in folder.iterdir():
+        if entry.name in before:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def respond(args: argparse.Namespace) -> int:
     from .data.readers import avamerg_dialogue
 
-    conversation = _load_conversation(args.conversation_file, args.conversation)
+    path = args.conversation_file
+    conversation = _load_conversation(path, args.conversation)
     try:
         dialogue = avamerg_dialogue(conversation, turn=args.turn, media_root=args.media_root)
+    except DataError as error:
+        raise _in_conversation(error, path) from None
     except (ValueError, IndexError) as error:
-        raise SystemExit(f"error: {args.conversation_file}: {error}")
+        raise SystemExit(f"error: {path}: {error}")
+    position = args.turn % len(conversation["turns"])
+    # Everything that can be checked without the model is, before minutes of loading.
+    _writable_folder(args.out)
+    check_device(args.device)
     start = time.perf_counter()
     model = _warm_model(args, speak=args.speak or args.animate)
     progress(f"responding to dialogue {dialogue.id}")
@@ -68,9 +141,22 @@ def respond(args: argparse.Namespace) -> int:
     try:
         response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate,
                                  progress=writing)
+    except DataError as error:
+        if error.record != dialogue.id:
+            raise  # not about the conversation: a remembered avatar's file, say
+        # A media file that does not decode, a turn too long for the prompt.
+        raise _in_conversation(error, path, position) from None
     finally:
         writing.done()
-    out = response.save(args.out, dialogue)
+    if response.dropped_turns:
+        progress(f"the dialogue's {response.dropped_turns} oldest turn(s) were left out to fit "
+                 f"language_model.max_length={model.config.language_model.max_length}")
+    before = {entry.name for entry in args.out.iterdir()} if args.out.is_dir() else None
+    try:
+        out = response.save(args.out, dialogue)
+    except BaseException:
+        _remove_new(args.out, before)
+        raise
     progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "chain_emotion": response.chain.speaker_emotion,
                       "emotion": response.emotion.label}, ensure_ascii=False))
@@ -133,10 +219,14 @@ def data_check(args: argparse.Namespace) -> int:
 
     labels = load_labels(args.labels) or LabelSets()
     video = None
-    if args.no_face_check:
-        from .config import VideoEncoderConfig
+    if args.decode:
+        from .config import EmpatheiaConfig
 
-        video = VideoEncoderConfig(face_crop=False)
+        # Decoded as the model that will read the files does: the face is looked for only
+        # where its video_encoder.face_crop is on (not for small's drawn avatars).
+        video = EmpatheiaConfig.from_preset(args.preset).video_encoder
+        if args.no_face_check:
+            video.face_crop = False
     try:
         report = check_dataset(
             args.file, media_root=args.media_root, format=args.format, labels=labels, decode_media=args.decode, video=video
@@ -360,13 +450,26 @@ def train(args: argparse.Namespace) -> int:
     return run_file(config, args.set or [], resume=args.resume)
 
 
+def positive_int(text: str) -> int:
+    """An argument that counts something and must be at least 1 (0 must not quietly mean
+    the default)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def model_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments of the commands that answer with a model: which model, where it runs,
     and its avatars."""
     source = p.add_mutually_exclusive_group()
     source.add_argument("--preset", choices=preset_names(), default="small", help="tiny (random weights), small (offline, trained; the default) or paper")
     source.add_argument("--checkpoint", type=Path, help="a directory written by save_pretrained")
-    p.add_argument("--max-new-tokens", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help="longest answer in tokens, at least 1 (default: the model config's)")
     p.add_argument("--device", default=None, help="e.g. cuda, cuda:1 (default: CPU)")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None)
     p.add_argument("--avatars", type=Path, help="folder of registered avatars (voice and portrait per listener ID)")
@@ -426,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     dataset_arguments(p)
     p.add_argument("--decode", action="store_true", help="also decode every media file and check it")
     p.add_argument("--no-face-check", action="store_true", help="with --decode: do not look for a face in videos")
+    p.add_argument("--preset", choices=preset_names(), default="small",
+                   help="with --decode: check the media as this preset's model reads them (frames taken, and a "
+                        "face looked for where its video_encoder.face_crop is on: paper); default small")
     p.set_defaults(run=data_check)
 
     p = data.add_parser("extract-features", help="pre-extract gold generator features (resumable)")
@@ -510,9 +616,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def expected_failure(error: BaseException) -> Optional[str]:
+    """The one line that reports ``error``, when it is a failure of the input or of the
+    machine rather than a bug; ``None`` for a bug."""
+    if isinstance(error, (DataError, ConfigError)):
+        line = str(error)
+    elif isinstance(error, UnicodeDecodeError):
+        line = f"a file is not UTF-8 text ({error})"
+    elif isinstance(error, OSError):
+        # "[Errno 28] No space left on device: 'x'" -> "x: No space left on device"
+        names = [str(name) for name in (error.filename, error.filename2) if name is not None]
+        line = ": ".join([" -> ".join(names), error.strerror] if names and error.strerror else [str(error)])
+    else:
+        return None
+    return " ".join(line.split("\n"))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except Exception as error:
+        line = expected_failure(error)
+        if line is None or os.environ.get(DEBUG_VARIABLE):
+            raise
+        raise SystemExit(f"error: {line}") from None
 
 
 if __name__ == "__main__":

@@ -93,6 +93,34 @@ class VideoEncoderConfig:
     std: List[float] = field(default_factory=lambda: [0.26862954, 0.26130258, 0.27577711])
 
 
+@dataclass(frozen=True)
+class MediaLimits:
+    """How long one audio or video clip may be: the one policy of the media readers
+    (:func:`empatheia.media.load_audio`, :func:`~empatheia.media.load_video_frames`), of
+    ``empatheia data check --decode`` and of the server's uploads
+    (:class:`empatheia.serve.uploads.UploadLimits` extends it).
+
+    The length is checked from the file's header before anything is decoded, and again
+    while decoding, which never reads past the limit, so a clip costs at most
+    ``max_seconds`` of samples or frames however long the file is.
+    """
+
+    max_seconds: float = 30.0
+    """Longest clip, audio or video, in seconds. An utterance is a few seconds (AvaMERG's
+    average 5.7 s), and the speech encoder's memory grows with the clip's length (a 10
+    minute clip took a tiny model past 2 GB), while its features are pooled to
+    ``num_tokens`` tokens however long the clip is."""
+    trim: bool = False
+    """What a longer clip becomes: ``False`` refuses it (a ``DataError`` naming the file,
+    a skipped sample in training, a problem in ``data check``); ``True`` keeps its first
+    ``max_seconds`` and logs a warning. Answering (``respond``, ``chat``, ``serve``, eval
+    runs) always trims: a user's long message is still answered, from its beginning."""
+
+    def __post_init__(self):
+        if not self.max_seconds > 0:
+            raise ValueError(f"media.max_seconds must be positive, got {self.max_seconds}")
+
+
 @dataclass
 class ProjectorConfig:
     """MLP from an encoder's width into the language model's width (LLaVA's mlp2x_gelu)."""
@@ -267,6 +295,7 @@ class GeneratorsConfig:
 class EmpatheiaConfig:
     speech_encoder: SpeechEncoderConfig = field(default_factory=SpeechEncoderConfig)
     video_encoder: VideoEncoderConfig = field(default_factory=VideoEncoderConfig)
+    media: MediaLimits = field(default_factory=MediaLimits)
     projector: ProjectorConfig = field(default_factory=ProjectorConfig)
     language_model: LanguageModelConfig = field(default_factory=LanguageModelConfig)
     content_synchronizer: ContentSynchronizerConfig = field(default_factory=ContentSynchronizerConfig)

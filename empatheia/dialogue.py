@@ -81,5 +81,8 @@ class Dialogue:
     def __post_init__(self):
         if not self.turns:
             raise ValueError(f"dialogue {self.id or ''} has no turns".replace("  ", " "))
+        if self.context is not None and not isinstance(self.context, str):
+            # Caught here, not when the prompt is rendered after the model has loaded.
+            raise TypeError(f"dialogue context must be a string, got {type(self.context).__name__}")
         if self.emotion is None and self.chain is not None and self.chain.speaker_emotion:
             self.emotion = self.chain.speaker_emotion

@@ -16,6 +16,19 @@ processes may write one target at once), and ending with the target's suffix, si
 writers such as PyAV and ``np.save`` choose the format from it.
 :func:`remove_temporary_files` clears what killed runs left in a folder.
 
+The rename replaces whatever entry has the target's name: a symbolic link planted there is
+replaced by the new file, never followed, so a write never lands outside its folder.
+
+Folder locks
+------------
+:func:`folder_lock` makes one process at a time the writer of an output folder (a
+``respond --out``, an ``eval`` run folder): a second one gets a :class:`FolderLockedError`
+naming the folder at once, rather than interleaving its files with the first's or appending
+the same predictions twice. The lock is an ``flock`` on :data:`LOCK_NAME` inside the
+folder, which the system drops when its process ends however it ends, so a killed run
+leaves no stale lock; the file itself stays (removing it would let a third process lock a
+new file while the second still holds the old one).
+
 Reading
 -------
 :func:`read_text`, :func:`read_json` and :func:`read_jsonl` report a missing file, text
@@ -26,10 +39,13 @@ file (and, for JSONL, the line).
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -79,7 +95,10 @@ def replace_path(temporary: PathLike, target: PathLike, keep_existing: bool = Fa
     if target.exists() and keep_existing:
         _remove(temporary)
         return target
-    if target.is_dir():
+    if target.is_symlink():
+        if temporary.is_dir():
+            target.unlink()  # a folder cannot be renamed onto a link; the link goes, its target stays
+    elif target.is_dir():
         shutil.rmtree(target)
     try:
         os.replace(temporary, target)
@@ -136,6 +155,70 @@ def remove_temporary_files(directory: PathLike) -> List[Path]:
     return removed
 
 
+# ---------------------------------------------------------------------- folder locks
+LOCK_NAME = ".empatheia.lock"
+"""The file inside an output folder that :func:`folder_lock` locks."""
+
+
+class FolderLockedError(OSError):
+    """Another process is writing the output folder this one was asked to write."""
+
+    def __init__(self, folder: PathLike):
+        self.folder = Path(folder)
+        super().__init__(
+            f"{self.folder} is being written by another run (it holds the lock on {self.folder / LOCK_NAME}); "
+            "wait for that run to finish, or use another output folder"
+        )
+
+
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def folder_lock(folder: PathLike) -> Iterator[Path]:
+    """Hold the exclusive lock of output ``folder`` (created if absent) for the block, or
+    raise :class:`FolderLockedError` at once when another process or thread holds it.
+
+    Nested blocks of one thread on the same folder share the lock (an ``eval`` run locks
+    its folder, and so does the scoring inside it). Yields the folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(folder)
+    counts = _held.__dict__.setdefault("counts", {})
+    if counts.get(key):
+        counts[key] += 1
+        try:
+            yield folder
+        finally:
+            counts[key] -= 1
+        return
+    descriptor = _open_lock_file(folder / LOCK_NAME)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FolderLockedError(folder) from None
+        counts[key] = 1
+        try:
+            yield folder
+        finally:
+            del counts[key]
+    finally:
+        os.close(descriptor)  # closing the last descriptor of the file releases the lock
+
+
+def _open_lock_file(path: Path) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+    # A link planted at the lock's name is never a lock anyone holds: it goes, unfollowed.
+    path.unlink()
+    return os.open(path, flags, 0o644)
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -154,15 +237,24 @@ def file_digest(path: PathLike, algorithm: str = "sha256") -> str:
 
 
 # ---------------------------------------------------------------------- JSON and JSONL
+NESTING_REASON = "JSON nested too deeply for the parser (no dataset record nests more than a few levels)"
+"""Python's JSON parser recurses once per level and gives up near 1000 levels."""
+
+
 def read_text(path: PathLike) -> str:
     """A UTF-8 text file; a missing file or other bytes are a :class:`DataError`."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError("is a folder, not a file", file=path)
     if not path.is_file():
         raise DataError("file not found", file=path)
+    data = path.read_bytes()
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise DataError(f"not UTF-8 text: {error}", file=path) from None
+        # Windows editors save "Unicode" as UTF-16: say so rather than show a byte offset.
+        found = " (it is UTF-16: it starts with a UTF-16 byte-order mark)" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise DataError(f"not UTF-8 text{found}; save it as UTF-8 ({error})", file=path) from None
 
 
 def parse_json(text: str, path: PathLike) -> Any:
@@ -171,6 +263,8 @@ def parse_json(text: str, path: PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise DataError(f"invalid JSON at line {error.lineno}, column {error.colno}: {error.msg}", file=path) from None
+    except RecursionError:
+        raise DataError(NESTING_REASON, file=path) from None
 
 
 def parse_jsonl(text: str, path: PathLike, keep_bad_lines: bool = False) -> List[Tuple[int, Any]]:
@@ -186,8 +280,9 @@ def parse_jsonl(text: str, path: PathLike, keep_bad_lines: bool = False) -> List
             continue
         try:
             records.append((number, json.loads(line)))
-        except json.JSONDecodeError as error:
-            bad = DataError(f"invalid JSON at column {error.colno}: {error.msg}", file=path, record=f"line {number}")
+        except (json.JSONDecodeError, RecursionError) as error:
+            reason = f"invalid JSON at column {error.colno}: {error.msg}" if isinstance(error, json.JSONDecodeError) else NESTING_REASON
+            bad = DataError(reason, file=path, record=f"line {number}")
             if not keep_bad_lines:
                 raise bad from None
             records.append((number, bad))

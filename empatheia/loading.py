@@ -57,6 +57,38 @@ def model_overrides(args: argparse.Namespace) -> Dict[str, Any]:
         raise SystemExit(f"error: {error}")
 
 
+def check_device(device: Optional[str]) -> None:
+    """``--device`` must name a device this machine has: checked before the model is
+    built, so a missing GPU is one line at once, not a CUDA traceback after the loading."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise SystemExit(f"error: --device {device!r}: {error}")
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise SystemExit(f"error: --device {device}: no CUDA GPU is available here (leave --device out to run on the CPU)")
+        if parsed.index is not None and parsed.index >= count:
+            raise SystemExit(f"error: --device {device}: this machine has {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit(f"error: --device {device}: Apple's MPS is not available here")
+
+
+def load_errors() -> tuple:
+    """What building a model from damaged or mismatched files raises: a missing or
+    unreadable file (OSError), a truncated safetensors file, a truncated pickle, tensors
+    whose shapes do not match the config (RuntimeError), a bad config (ValueError, KeyError)."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, KeyError, EOFError, RuntimeError, SafetensorError, pickle.UnpicklingError)
+
+
 def load_model(args: argparse.Namespace) -> "Empatheia":
     """The model of ``--checkpoint`` or ``--preset`` with ``--set``'s keys, in ``--dtype``
     on ``--device``; a model that cannot be built is a clean error, not a traceback."""
@@ -64,6 +96,7 @@ def load_model(args: argparse.Namespace) -> "Empatheia":
 
     from .modeling import Empatheia
 
+    check_device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     overrides = model_overrides(args)
     try:
@@ -75,6 +108,9 @@ def load_model(args: argparse.Namespace) -> "Empatheia":
             model = Empatheia.from_preset(args.preset, overrides, dtype=dtype)
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"error: {error}")
+    except load_errors() as error:
+        source = f"checkpoint {args.checkpoint}" if args.checkpoint is not None else f"preset {args.preset}"
+        raise SystemExit(f"error: {source}: cannot load the model ({type(error).__name__}: {error})".replace("\n", " "))
     if args.device:
         model.to(args.device)
     return model
@@ -89,6 +125,7 @@ def load_system(args: argparse.Namespace):
     name = getattr(args, "system", None) or "empatheia"
     if name == "empatheia":
         return load_model(args)
+    check_device(args.device)
     import torch
 
     from .variants.build import build_e3rg, build_pipeline, build_trained_variant
@@ -114,6 +151,8 @@ def load_system(args: argparse.Namespace):
             )
     except (FileNotFoundError, ValueError, KeyError) as error:
         raise SystemExit(f"error: {error}")
+    except load_errors() as error:
+        raise SystemExit(f"error: {name} from {args.checkpoint or args.preset}: cannot load ({type(error).__name__}: {error})".replace("\n", " "))
     raise SystemExit(f"error: unknown system {name!r}")
 
 

@@ -2,11 +2,14 @@
 
 Every problem with a file is a :class:`~empatheia.data.DataError` that names the file and
 whether it was the audio or the video: missing, unreadable or corrupt, empty, silent, a
-sample rate too low to resample from, more channels than mono or stereo, no frames.
+sample rate too low to resample from, more channels than mono or stereo, no frames, or
+longer than :class:`~empatheia.config.MediaLimits` allows (or, with ``trim``, cut to it
+with a warning).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
@@ -14,7 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .config import MediaLimits
 from .errors import DataError
+
+logger = logging.getLogger(__name__)
 
 MIN_SAMPLE_RATE = 8000
 """Below this, upsampling to the encoder's 16 kHz cannot bring back the speech band."""
@@ -27,27 +33,63 @@ SILENCE_PEAK = 1e-4
 per-utterance normalisation would amplify its noise floor into features."""
 
 
-def load_audio(path: Union[str, Path], sample_rate: int) -> torch.Tensor:
-    """Read an audio file as a ``(T,)`` float32 mono waveform at ``sample_rate``."""
+def within_limits(seconds: float, limits: MediaLimits, kind: str, source=None, complete: bool = True) -> bool:
+    """Whether a ``kind`` ("audio" or "video") clip of ``seconds`` may be read whole;
+    ``complete=False`` says ``seconds`` is only as far as decoding has gone.
+
+    ``False`` means cut it to ``limits.max_seconds`` (``limits.trim``; logged as a
+    warning); a clip over the limit that may not be trimmed is a :class:`DataError`.
+    """
+    if seconds <= limits.max_seconds:
+        return True
+    m = limits.max_seconds
+    over = f"is {seconds:.1f} s long, over the {m:g} s limit" if complete else f"is longer than the {m:g} s limit"
+    if not limits.trim:
+        raise DataError(f"{kind} {over}", file=source, field=kind)
+    logger.warning("%s%s %s: only its first %g s are used", f"{source}: " if source is not None else "", kind, over, m)
+    return False
+
+
+def load_audio(path: Union[str, Path], sample_rate: int, limits: MediaLimits = MediaLimits()) -> torch.Tensor:
+    """Read an audio file as a ``(T,)`` float32 mono waveform at ``sample_rate``,
+    ``T <= limits.max_seconds * sample_rate``.
+
+    The header's length is checked against ``limits`` before any sample is read, and
+    at most ``max_seconds`` of samples are ever read, so memory stays bounded however
+    long the file is.
+    """
     import soundfile
 
     path = Path(path)
     if not path.is_file():
         raise DataError("audio file not found", file=path, field="audio")
     try:
-        data, rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(str(path)) as file:
+            rate, frames = file.samplerate, file.frames
+            if rate > 0 and not within_limits(frames / rate, limits, "audio", path):
+                frames = int(limits.max_seconds * rate)
+            # The cap holds even where the header's count is not a real length.
+            data = file.read(frames=min(frames, int(limits.max_seconds * max(rate, 1)) + 1), dtype="float32", always_2d=True)
+    except DataError:
+        raise
     except Exception as error:  # soundfile raises its own LibsndfileError and RuntimeError
         raise DataError(f"cannot read audio (corrupt or not an audio file): {error}", file=path, field="audio") from None
-    return prepare_waveform(torch.from_numpy(data.T.copy()), rate, sample_rate, source=str(path))
+    return prepare_waveform(torch.from_numpy(data.T.copy()), rate, sample_rate, source=str(path), limits=limits)
 
 
 def prepare_waveform(
-    waveform: Union[np.ndarray, torch.Tensor], rate: int, sample_rate: int, source: Optional[str] = None
+    waveform: Union[np.ndarray, torch.Tensor],
+    rate: int,
+    sample_rate: int,
+    source: Optional[str] = None,
+    limits: Optional[MediaLimits] = None,
 ) -> torch.Tensor:
     """``(T,)`` or ``(C, T)`` audio at ``rate`` -> ``(T,)`` float32 mono at ``sample_rate``.
 
     Raises :class:`DataError` for empty, too short, silent or non-finite audio, for a rate
-    below :data:`MIN_SAMPLE_RATE` and for more than :data:`MAX_CHANNELS` channels.
+    below :data:`MIN_SAMPLE_RATE` and for more than :data:`MAX_CHANNELS` channels. With
+    ``limits``, a waveform longer than ``limits.max_seconds`` is refused or, with
+    ``limits.trim``, cut to it; without, its length is the caller's to bound.
     """
 
     def fail(reason: str):
@@ -65,6 +107,8 @@ def prepare_waveform(
         fail(f"sample rate {rate} Hz is below the {MIN_SAMPLE_RATE} Hz minimum; the speech band cannot be recovered")
     if wave.shape[-1] < MIN_DURATION * rate:
         fail(f"audio is {wave.shape[-1] / rate:.3f} s long, shorter than the {MIN_DURATION} s minimum")
+    if limits is not None and not within_limits(wave.shape[-1] / rate, limits, "audio", source):
+        wave = wave[..., : int(limits.max_seconds * rate)]
     if not torch.isfinite(wave).all():
         fail("audio contains NaN or infinite samples")
     if wave.dim() == 2:
@@ -89,25 +133,39 @@ def sample_times(duration: float, frame_rate: Optional[float], max_frames: int) 
     return [(i + 0.5) * step for i in range(count)]
 
 
-def load_video_frames(path: Union[str, Path], max_frames: int = 8, frame_rate: Optional[float] = None) -> torch.Tensor:
+def load_video_frames(
+    path: Union[str, Path], max_frames: int = 8, frame_rate: Optional[float] = None, limits: MediaLimits = MediaLimits()
+) -> torch.Tensor:
     """Decode a video and take frames at ``frame_rate`` per second, at most ``max_frames``
     (spread over the whole clip when it is longer or ``frame_rate`` is ``None``).
 
-    Returns ``(F, H, W, 3)`` uint8 RGB, ``1 <= F <= max_frames``. Only the chosen frames
-    are converted to RGB.
+    Returns ``(F, H, W, 3)`` uint8 RGB, ``1 <= F <= max_frames``. The clip's length (from
+    the header, or where it states none from the packets' timestamps, read without
+    decoding) is checked against ``limits`` before any frame is decoded; a trimmed clip
+    is sampled over its first ``limits.max_seconds``. Decoding stops at the last frame
+    taken and only the frames taken are converted to RGB, so memory stays bounded.
     """
     import av
 
     path = Path(path)
     if not path.is_file():
         raise DataError("video file not found", file=path, field="video")
+    frames = None
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise DataError("has no video stream", file=path, field="video")
             stream = container.streams.video[0]
             duration = _duration(container, stream)
-            frames = _decode_at(container, stream, duration, frame_rate, max_frames)
+            if duration is not None and duration > 0:
+                frames = _decode_at(container, stream, _limited(duration, limits, path), frame_rate, max_frames)
+            else:
+                duration = _packet_duration(container, stream, limits.max_seconds)
+        if frames is None:
+            # The packets are spent on measuring: decode from a fresh start.
+            with av.open(str(path)) as container:
+                stream = container.streams.video[0]
+                frames = _decode_at(container, stream, _limited(duration, limits, path, False), frame_rate, max_frames)
     except DataError:
         raise
     except Exception as error:  # PyAV raises a family of FFmpeg errors
@@ -125,26 +183,61 @@ def _duration(container, stream) -> Optional[float]:
     return None
 
 
-def _decode_at(container, stream, duration: Optional[float], frame_rate: Optional[float], max_frames: int) -> List[np.ndarray]:
-    if duration is None or duration <= 0:
-        # No length in the header: decode everything once, then pick by position.
-        decoded = [frame for frame in container.decode(stream)]
-        if not decoded:
-            return []
-        rate = float(stream.average_rate or 25)
-        times = sample_times(len(decoded) / rate, frame_rate, max_frames)
-        picks = sorted({min(len(decoded) - 1, int(t * rate)) for t in times})
-        return [decoded[i].to_ndarray(format="rgb24") for i in picks]
+def _limited(duration: float, limits: MediaLimits, path: Path, complete: bool = True) -> float:
+    return duration if duration <= 0 or within_limits(duration, limits, "video", path, complete) else limits.max_seconds
+
+
+def _packet_duration(container, stream, max_seconds: float) -> float:
+    """Seconds the stream's packets span, demuxed without decoding; counting stops once
+    past ``max_seconds`` (enough to refuse or trim), so a long file is not read through."""
+    period = _period(stream)
+    first, end = None, 0.0
+    for packet in container.demux(stream):
+        if packet.size == 0:  # the flush packet at the end
+            continue
+        span = _span(packet, period)
+        if packet.pts is None or packet.time_base is None:
+            first, end = 0.0 if first is None else first, end + span  # a raw stream: one after another
+        else:
+            t = float(packet.pts * packet.time_base)
+            first = t if first is None else min(first, t)
+            end = max(end, t + span)
+        if end - first > max_seconds:
+            break
+    return end - first if first is not None else 0.0
+
+
+def _period(stream) -> float:
+    """Seconds between frames at the stream's average rate (25 fps where it has none)."""
+    return float(1 / stream.average_rate) if stream.average_rate else 0.04
+
+
+def _span(item, period: float) -> float:
+    """Seconds a packet or frame lasts: its own duration where it has one, else ``period``."""
+    duration, time_base = getattr(item, "duration", None), getattr(item, "time_base", None)
+    return float(duration * time_base) if duration and time_base is not None else period
+
+
+def _decode_at(container, stream, duration: float, frame_rate: Optional[float], max_frames: int) -> List[np.ndarray]:
+    """The frames on screen at :func:`sample_times` over ``duration`` seconds, as
+    ``(H, W, 3)`` uint8 RGB arrays; decoding stops at the last of them."""
+    if duration <= 0:
+        return []
     targets = sample_times(duration, frame_rate, max_frames)
-    start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
-    period = float(1 / stream.average_rate) if stream.average_rate else 0.04
+    start = float(stream.start_time * stream.time_base) if stream.start_time is not None else None
+    period = _period(stream)
     out: List[np.ndarray] = []
-    last = None
+    last, position = None, 0.0
     for frame in container.decode(stream):
-        t = (float(frame.pts * stream.time_base) - start) if frame.pts is not None else len(out) * period
+        if frame.pts is not None and stream.time_base is not None:
+            start = float(frame.pts * stream.time_base) if start is None else start
+            t = float(frame.pts * stream.time_base) - start
+        else:  # a raw stream without timestamps: frames follow one another
+            t = position
+        position = t + _span(frame, period)
         image = None
         # A frame shows from t to t + period; it is the picture at every target in that span.
-        while len(out) < len(targets) and targets[len(out)] < t + period:
+        while len(out) < len(targets) and targets[len(out)] < position:
             image = frame.to_ndarray(format="rgb24") if image is None else image
             out.append(image)
         last = frame

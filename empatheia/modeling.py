@@ -792,7 +792,7 @@ class Empatheia(nn.Module, Responder):
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
         style = self.style_disentangler(*self.style_inputs(hidden, full_batch))
         chain_emotions = self.chain_emotion_predictions(hidden, full_batch["emotion_slot"])
-        return self._package(items, texts, parsed, content, style, chain_emotions)
+        return self._package(items, prompts, texts, parsed, content, style, chain_emotions)
 
     def chain_emotion_predictions(self, hidden: torch.Tensor, slot: torch.Tensor) -> List[Optional[LabelPrediction]]:
         """The Chain of Empathy's emotion as a distribution over
@@ -807,7 +807,7 @@ class Empatheia(nn.Module, Responder):
         predictions = iter(self.label_predictions(logits))
         return [next(predictions) if has_step else None for has_step in rows]
 
-    def _package(self, items, texts, parsed, content: ContentOutput, style: StyleOutput,
+    def _package(self, items, prompts, texts, parsed, content: ContentOutput, style: StyleOutput,
                  chain_emotions: Sequence[Optional[LabelPrediction]]) -> List[EmpatheticResponse]:
         sd = self.config.style_disentangler
         emotion = _predictions(style.emotion_logits, sd.emotion_labels)
@@ -827,6 +827,7 @@ class Empatheia(nn.Module, Responder):
                     video_style=style.video_style[i].float().cpu(),
                     dialogue_id=dialogue.id,
                     generated_text=text,
+                    dropped_turns=prompts[i].first_turn,
                 )
             )
         return responses

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
@@ -10,7 +10,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 from transformers import PreTrainedTokenizerBase
 
-from .config import EmpatheiaConfig
+from .config import EmpatheiaConfig, MediaLimits
 from .dialogue import Dialogue
 from .errors import DataError
 from .faces import FaceCropper
@@ -220,27 +220,53 @@ class EmpatheiaProcessor:
             target_ids = torch.zeros(0, dtype=torch.long)
             response_mask = emotion_slot = torch.zeros(0, dtype=torch.bool)
             response_chars = 0
-        candidates = [first_turn] if first_turn is not None else range(len(dialogue.turns))
-        for start in candidates:
-            prompt_ids = self._prompt_ids(self.prompt_text(dialogue, mode, start, notes))
-            total = len(prompt_ids) + len(target_ids) + reserve
-            if first_turn is not None or total <= max_length:
-                break
+
+        def prompt_from(start: int) -> Tuple[torch.Tensor, int]:
+            ids = self._prompt_ids(self.prompt_text(dialogue, mode, start, notes))
+            return ids, len(ids) + len(target_ids) + reserve
+
+        if first_turn is not None:
+            start = first_turn
+            prompt_ids, total = prompt_from(start)
         else:
+            # The oldest turn whose prompt fits, by bisection: dropping turns never makes the
+            # prompt longer, and rendering and tokenizing a long dialogue once per dropped
+            # turn would cost time quadratic in its length.
+            start = 0
+            prompt_ids, total = prompt_from(0)
+            if total > max_length:
+                low, high = 1, len(dialogue.turns) - 1  # the answer is in [low, high], if any
+                fits = None
+                while low <= high:
+                    middle = (low + high) // 2
+                    ids, length = prompt_from(middle)
+                    if length <= max_length:
+                        fits, high = (middle, ids, length), middle - 1
+                    else:
+                        low = middle + 1
+                if fits is None:  # not even the last turn fits: the error below says by how much
+                    prompt_ids, total = prompt_from(len(dialogue.turns) - 1)
+                else:
+                    start, prompt_ids, total = fits
+        if first_turn is None and total > max_length:
             raise DataError(
                 f"{total} tokens with only its last turn (target {len(target_ids)}, reserved {reserve}), "
                 f"over language_model.max_length={max_length}; the target is never cut",
                 record=dialogue.id,
-                field="response",
+                # Without a target (answering) only the last turn can be too long.
+                field="response" if len(target_ids) else f"turns[{len(dialogue.turns) - 1}].text",
             )
         use_media = load_media and mode.reads_media
+        # Without a target this is a dialogue to answer: a user's long message is answered
+        # from its beginning rather than refused; a training example follows media.trim.
+        limits = self.config.media if target is not None else replace(self.config.media, trim=True)
         audio, video = [], []
         for index in range(start, len(dialogue.turns)) if use_media else ():
             turn = dialogue.turns[index]
             if turn.audio is not None:
-                audio.append(self.turn_media(dialogue, index, "audio", media_cache))
+                audio.append(self.turn_media(dialogue, index, "audio", media_cache, limits))
             if turn.video is not None:
-                video.append(self.turn_media(dialogue, index, "video", media_cache))
+                video.append(self.turn_media(dialogue, index, "video", media_cache, limits))
         return EncodedExample(
             input_ids=torch.cat([prompt_ids, target_ids]),
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),
@@ -252,10 +278,18 @@ class EmpatheiaProcessor:
             video=video,
         )
 
-    def turn_media(self, dialogue: Dialogue, index: int, modality: str, cache: Optional[MediaLookup] = None) -> MediaItem:
+    def turn_media(
+        self,
+        dialogue: Dialogue,
+        index: int,
+        modality: str,
+        cache: Optional[MediaLookup] = None,
+        limits: Optional[MediaLimits] = None,
+    ) -> MediaItem:
         """Turn ``index``'s ``audio`` or ``video``: cached features when the cache has the
-        file, else the encoder input. A bad file is a :class:`DataError` naming it, the
-        dialogue and the turn."""
+        file, else the encoder input, read within ``limits`` (default: the config's
+        ``media``). A bad file is a :class:`DataError` naming it, the dialogue and the
+        turn."""
         turn = dialogue.turns[index]
         source = getattr(turn, modality)
         try:
@@ -265,26 +299,32 @@ class EmpatheiaProcessor:
                     key, features = cache.lookup(modality, source)
                     if features is not None:
                         return MediaItem(features, cached=True, key=key)
-            data = self.load_audio(source, turn.sample_rate) if modality == "audio" else self.load_video(source)
+            if modality == "audio":
+                data = self.load_audio(source, turn.sample_rate, limits)
+            else:
+                data = self.load_video(source, limits)
             return MediaItem(data, key=key)
         except DataError as error:
             # Same class (a NoFaceError stays one), now saying which dialogue and turn.
             raise type(error)(error.reason, file=error.file, record=dialogue.id, field=f"turns[{index}].{modality}") from None
 
-    def load_audio(self, source, sample_rate: Optional[int] = None) -> torch.Tensor:
-        """A file path, or a waveform at ``sample_rate``, as the ``(T,)`` speech encoder input."""
+    def load_audio(self, source, sample_rate: Optional[int] = None, limits: Optional[MediaLimits] = None) -> torch.Tensor:
+        """A file path, or a waveform at ``sample_rate``, as the ``(T,)`` speech encoder
+        input, no longer than ``limits.max_seconds`` (default: the config's ``media``)."""
         rate = self.config.speech_encoder.sample_rate
+        limits = limits or self.config.media
         if isinstance(source, (str, Path)):
-            return load_audio(source, rate)
-        return prepare_waveform(source, sample_rate, rate)
+            return load_audio(source, rate, limits)
+        return prepare_waveform(source, sample_rate, rate, limits=limits)
 
-    def load_video(self, source) -> torch.Tensor:
+    def load_video(self, source, limits: Optional[MediaLimits] = None) -> torch.Tensor:
         """A file path, or ``(F, H, W, 3)`` uint8 frames, as the ``(F', 3, S, S)`` video
-        encoder input: frames taken at ``frame_rate`` (at most ``num_frames``), the face
-        cropped (``face_crop``), resized and normalised."""
+        encoder input: frames taken at ``frame_rate`` (at most ``num_frames``) from the
+        first ``limits.max_seconds`` (default: the config's ``media``), the face cropped
+        (``face_crop``), resized and normalised."""
         cfg = self.config.video_encoder
         if isinstance(source, (str, Path)):
-            frames = load_video_frames(source, cfg.num_frames, cfg.frame_rate)
+            frames = load_video_frames(source, cfg.num_frames, cfg.frame_rate, limits or self.config.media)
         else:
             frames = torch.as_tensor(source)
             if frames.dim() != 4 or frames.shape[-1] != 3:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Union
 import torch
 from safetensors.torch import save_file
 
+from .io import atomic_path, folder_lock, write_text_atomic
 from .page import response_page
 from .prompts import ChainOfEmpathy
 
@@ -80,6 +81,9 @@ class EmpatheticResponse:
     has_chain: bool = True
     """Whether the system reasons with a Chain of Empathy (the pipeline baseline writes only
     its emotion)."""
+    dropped_turns: int = 0
+    """How many of the dialogue's oldest turns were left out so that the prompt fits
+    ``language_model.max_length`` (0: the answer read them all)."""
 
     def style_agreement(self) -> Optional[str]:
         """A sentence saying how the Style Disentangler's emotion, which styles the voice
@@ -111,6 +115,7 @@ class EmpatheticResponse:
             "chain_emotion": None if self.chain_emotion is None else self.chain_emotion.to_dict(),
             "profile": {name: p.to_dict() for name, p in self.profile.items()},
             "generated_text": self.generated_text,
+            "dropped_turns": self.dropped_turns,
             "features": {name: list(value.shape) for name, value in self._features().items()},
             "avatar": self.avatar,
             "avatar_profile": self.avatar_profile,
@@ -128,12 +133,18 @@ class EmpatheticResponse:
         """Write ``response.json``, the generator signals as ``features.safetensors``,
         ``index.html`` (the dialogue when given, the Chain of Empathy, the emotion
         probabilities and the answer's player) and, when generated, ``response.wav`` and
-        ``response.mp4`` (H.264 with the speech muxed as AAC)."""
+        ``response.mp4`` (H.264 with the speech muxed as AAC).
+
+        The folder is locked while it is written (:func:`~empatheia.io.folder_lock`): a
+        second process saving into it meanwhile gets a
+        :class:`~empatheia.io.FolderLockedError` instead of mixing its files with these.
+        Every file is written whole and renamed into place (:mod:`empatheia.io`), so a
+        symbolic link planted at one of the names is replaced, never written through."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.save_audio(directory)
-        self.save_video(directory)
-        return self.save_record(directory, dialogue)
+        with folder_lock(directory):
+            self.save_audio(directory)
+            self.save_video(directory)
+            return self.save_record(directory, dialogue)
 
     def save_audio(self, directory: Union[str, Path]) -> Optional[Path]:
         """Write ``response.wav`` into an existing ``directory`` when there is speech."""
@@ -141,7 +152,10 @@ class EmpatheticResponse:
 
         if self.audio is None:
             return None
-        return write_wav(Path(directory) / "response.wav", self.audio.samples, self.audio.sample_rate)
+        target = Path(directory) / "response.wav"
+        with atomic_path(target) as temporary:
+            write_wav(temporary, self.audio.samples, self.audio.sample_rate)
+        return target
 
     def save_video(self, directory: Union[str, Path]) -> Optional[Path]:
         """Write ``response.mp4`` (the speech muxed in) into an existing ``directory``
@@ -152,16 +166,20 @@ class EmpatheticResponse:
             return None
         audio = self.audio.samples if self.audio is not None else None
         rate = self.audio.sample_rate if self.audio is not None else None
-        return write_mp4(Path(directory) / "response.mp4", self.video.frames, self.video.fps, audio, rate)
+        target = Path(directory) / "response.mp4"
+        with atomic_path(target) as temporary:
+            write_mp4(temporary, self.video.frames, self.video.fps, audio, rate)
+        return target
 
     def save_record(self, directory: Union[str, Path], dialogue: Optional["Dialogue"] = None) -> Path:
         """Write ``response.json``, ``index.html`` and ``features.safetensors`` into an
         existing ``directory`` (the media files are :meth:`save_audio`'s and
         :meth:`save_video`'s)."""
         directory = Path(directory)
-        (directory / "response.json").write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
-        (directory / "index.html").write_text(response_page(self, dialogue), encoding="utf-8")
-        save_file(self._features(), str(directory / "features.safetensors"))
+        write_text_atomic(directory / "response.json", json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
+        write_text_atomic(directory / "index.html", response_page(self, dialogue))
+        with atomic_path(directory / "features.safetensors") as temporary:
+            save_file(self._features(), str(temporary))
         return directory
 
     def _features(self) -> dict:

@@ -16,6 +16,9 @@ from typing import Callable, Dict, Optional, Union
 
 import numpy as np
 
+from empatheia.errors import DataError
+from empatheia.io import read_json
+
 from .base import Avatar
 
 PortraitFactory = Callable[[dict, int], np.ndarray]
@@ -108,8 +111,21 @@ class AvatarRegistry:
 
     @staticmethod
     def _load(folder: Path) -> Avatar:
-        meta = json.loads((folder / "avatar.json").read_text())
-        return Avatar(key=folder.name, portrait=_read_portrait(folder / "portrait.png"), voice=meta["voice"], profile=meta["profile"])
+        """A remembered avatar; a damaged ``avatar.json`` or portrait is a :class:`DataError`
+        naming the file and the field, not a crash halfway through an answer."""
+        path = folder / "avatar.json"
+        meta = read_json(path)
+        if not isinstance(meta, dict):
+            raise DataError(f"should be an object, got {type(meta).__name__}", file=path, record=folder.name)
+        for key, kind in (("voice", str), ("profile", dict)):
+            if not isinstance(meta.get(key), kind):
+                found = "missing" if key not in meta else f"should be {kind.__name__}, got {type(meta[key]).__name__}"
+                raise DataError(found, file=path, record=folder.name, field=key)
+        try:
+            portrait = _read_portrait(folder / "portrait.png")
+        except FileNotFoundError:
+            raise DataError("not a readable image (missing or damaged)", file=folder / "portrait.png", record=folder.name) from None
+        return Avatar(key=folder.name, portrait=portrait, voice=meta["voice"], profile=meta["profile"])
 
 
 def _read_portrait(path: Union[str, Path]) -> np.ndarray:

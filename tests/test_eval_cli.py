@@ -12,6 +12,7 @@ from typing import List
 import pytest
 
 from empatheia.data.readers import read_dataset
+from empatheia.errors import DataError
 from empatheia.evaluation.cli import add_eval_parsers
 from empatheia.evaluation.model_runs import recover_predictions
 from empatheia.evaluation.records import references_from_dialogues
@@ -344,6 +345,9 @@ def test_references_raw_labels_score_under_another_label_set():
     ]
     seven = score(predictions, references)
     assert seven["emotion_accuracy"] == 1.0 and seven["chain_emotion_accuracy"] == 1.0
-    fine = score(predictions, references, ScoreOptions(labels=ed32))
-    # a: proud vs grateful (wrong); b: lonely (right); c: "fear" is no ED label, compared as written (right).
-    assert fine["chain_emotion_accuracy"] == pytest.approx(2 / 3)
+    # c's "fear" is no ED label: an error naming it, or left out and counted when asked.
+    with pytest.raises(DataError, match="record id 'c', field 'emotion'"):
+        score(predictions, references, ScoreOptions(labels=ed32))
+    fine = score(predictions, references, ScoreOptions(labels=ed32, unknown_gold="skip"))
+    # a: proud vs grateful (wrong); b: lonely (right).
+    assert fine["chain_emotion_accuracy"] == pytest.approx(1 / 2) and fine["skipped_unknown_gold"] == 1

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from ..config import SpeechEncoderConfig, VideoEncoderConfig
+from ..config import MediaLimits, SpeechEncoderConfig, VideoEncoderConfig
 from ..errors import DataError, SkippedSample
 from ..labels import LabelSets
 from .readers import read_dataset
@@ -94,12 +94,16 @@ def check_dataset(
     speech: Optional[SpeechEncoderConfig] = None,
     video: Optional[VideoEncoderConfig] = None,
     progress: bool = True,
+    limits: Optional[MediaLimits] = None,
 ) -> DatasetReport:
     """Read a dataset file completely and report its contents and problems.
 
     ``decode_media`` also decodes every media file the way training does (audio resampled
     to ``speech.sample_rate``; video frames taken and, with ``video.face_crop``, the face
     found), so a corrupt, silent or faceless file is found before training meets it.
+    A clip longer than ``limits.max_seconds`` (default: :class:`MediaLimits`' 30 s) is
+    a problem too, found from its header without decoding it; with ``limits.trim`` it is
+    decoded up to the limit instead, as training with ``media.trim`` would.
     A file that cannot be read at all (not JSON, unknown format) raises ``DataError``.
     """
     labels = labels or LabelSets()
@@ -143,13 +147,19 @@ def check_dataset(
     report.missing_media = sorted(missing)
     report.media_found = dict(Counter(kind for kind, _, _ in media.values()))
     if decode_media:
-        report.problems.extend(_decode_all(media, speech or SpeechEncoderConfig(), video or VideoEncoderConfig(), progress))
+        report.problems.extend(
+            _decode_all(media, speech or SpeechEncoderConfig(), video or VideoEncoderConfig(), limits or MediaLimits(), progress)
+        )
         report.decoded = len(media)
     return report
 
 
 def _decode_all(
-    media: Dict[Path, Tuple[str, str, str]], speech: SpeechEncoderConfig, video: VideoEncoderConfig, progress: bool
+    media: Dict[Path, Tuple[str, str, str]],
+    speech: SpeechEncoderConfig,
+    video: VideoEncoderConfig,
+    limits: MediaLimits,
+    progress: bool,
 ) -> List[SkippedSample]:
     from tqdm.auto import tqdm
 
@@ -161,9 +171,9 @@ def _decode_all(
     for path, (kind, record, field_name) in tqdm(media.items(), desc="checking media", unit="file", disable=not progress):
         try:
             if kind == "audio":
-                load_audio(path, speech.sample_rate)
+                load_audio(path, speech.sample_rate, limits)
             else:
-                frames = load_video_frames(path, video.num_frames, video.frame_rate)
+                frames = load_video_frames(path, video.num_frames, video.frame_rate, limits)
                 if video.face_crop:
                     cropper.box(frames, source=path)
         except DataError as error:

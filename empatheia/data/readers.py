@@ -27,6 +27,7 @@ Formats
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -39,6 +40,13 @@ from ..prompts import ROLE_NAMES, ChainOfEmpathy
 
 FORMATS = ("avamerg", "ed-conversations", "ed-responses", "avatar")
 CHAIN_FIELDS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")
+MAX_UTTERANCE_CHARS = 8192
+"""The longest utterance (or response) a reader accepts, in characters. The processor drops
+the oldest turns of a history that does not fit ``language_model.max_length``, but never
+cuts the last turn or the target; at about four characters a token, 8192 characters fill
+the largest shipped max_length (``paper``'s 2048 tokens) alone, so a longer utterance can
+fit no prompt and is an error at reading time, in ``data check`` as in ``respond``.
+Shorter ones that still overflow a smaller model's max_length are the processor's error."""
 PathLike = Union[str, Path]
 
 
@@ -91,7 +99,7 @@ def read_dataset(
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     labels = labels or LabelSets()
-    records = _load_records(path)
+    records, escaped = _load_records(path)
     if format == "auto":
         format = _detect_format(path, records)
     readers: Dict[str, Callable] = {
@@ -114,6 +122,9 @@ def read_dataset(
         try:
             if isinstance(record, DataError):
                 raise record
+            bad_text = _text_error(record, record_name, path) if escaped else None
+            if bad_text is not None:
+                raise bad_text
             examples = readers[format](record, record_name, context)
         except DataError as error:
             examples = [error]
@@ -135,18 +146,69 @@ def read_dataset(
 
 
 # ---------------------------------------------------------------------- file level
-def _load_records(path: Path) -> List[Tuple[str, Any]]:
-    """``(record name, record)`` pairs: the items of a JSON list, or the lines of JSONL. A
-    JSONL line that is not JSON comes as a :class:`DataError` record, so that it can be
-    skipped alone; a JSON list that does not parse is an error for the whole file."""
+def _load_records(path: Path) -> Tuple[List[Tuple[str, Any]], bool]:
+    """``(record name, record)`` pairs: the items of a JSON list, the lines of JSONL, or a
+    file's one object. A JSONL line that is not JSON comes as a :class:`DataError` record,
+    so that it can be skipped alone; a JSON list that does not parse is an error for the
+    whole file. The flag says whether the text has a ``\\u`` escape, the only way a lone
+    surrogate gets into parsed JSON (:func:`find_bad_text` need not look otherwise)."""
     text = read_text(path)
-    if text.lstrip().startswith("["):
+    whole = _single_object(text)
+    if whole is not None:
+        # One conversation object, as `empatheia respond` takes it.
+        records = [(_conversation_name(whole, 0) if _is_avamerg(whole) else "line 1", whole)]
+    elif text.lstrip().startswith("["):
         records = [(_conversation_name(item, i), item) for i, item in enumerate(parse_json(text, path))]
     else:
         records = [(f"line {number}", record) for number, record in parse_jsonl(text, path, keep_bad_lines=True)]
     if not records:
         raise DataError("no records (the file is empty)", file=path)
-    return records
+    return records, "\\u" in text
+
+
+def _single_object(text: str) -> Optional[Dict[str, Any]]:
+    """The file's one JSON object, or ``None`` when it is a list or JSONL (several objects)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None  # JSONL (the second line is "extra data"), whose bad lines are reported per line
+    return value if isinstance(value, dict) else None
+
+
+def _is_avamerg(record: Any) -> bool:
+    return isinstance(record, dict) and "turns" in record and "conversation_id" in record
+
+
+def find_bad_text(value: Any) -> Optional[Tuple[str, str]]:
+    """``(field, reason)`` of the first string (or key) in a parsed JSON value that is not
+    valid Unicode text: a lone surrogate (``"\\ud800"``), which JSON allows and UTF-8
+    cannot encode, so it would fail only when a tokenizer or a file writer meets it.
+    ``None`` when every string is fine."""
+    stack = [("", value)]  # iterative: a deep value must not exhaust the recursion limit
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as error:
+                return where, f"holds a lone surrogate {item[error.start]!r} at character {error.start}: not valid Unicode text"
+        elif isinstance(item, dict):
+            for key, child in reversed(list(item.items())):
+                at = f"{where}.{key}" if where else str(key)
+                bad = find_bad_text(key) if isinstance(key, str) and not key.isascii() else None
+                if bad is not None:
+                    return at, f"key {bad[1]}"
+                stack.append((at, child))
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _text_error(record: Any, name: str, path: Path) -> Optional[DataError]:
+    bad = find_bad_text(record)
+    return DataError(bad[1], file=path, record=name, field=bad[0] or None) if bad else None
 
 
 def _conversation_name(item: Any, position: int) -> str:
@@ -161,7 +223,7 @@ def _detect_format(path: Path, records: List[Tuple[str, Any]]) -> str:
         raise records[0][1]
     name, first = parsed[0]
     if isinstance(first, dict):
-        if "turns" in first and "conversation_id" in first:
+        if _is_avamerg(first):
             return "avamerg"
         if "utterances" in first:
             return "ed-conversations"
@@ -272,7 +334,7 @@ def avamerg_dialogue(
         role = _require(utterance, "role", name, where, str)
         if role not in ROLE_NAMES:
             raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"{where}.role")
-        text = _require(utterance, "utterance", name, where, str)
+        text = _utterance(_require(utterance, "utterance", name, where, str), name, f"{where}.utterance")
         index = _require(utterance, "index", name, where, (int, str))
         try:
             last_index = int(index)
@@ -287,8 +349,11 @@ def avamerg_dialogue(
             raise DataError("is empty and the utterance has no media", record=name, field=f"{where}.utterance")
         out_turns.append(Turn(role=role, text=text, audio=audio, video=video, profile=profiles[role]))
     response = record.get("response")
-    if response is not None and not isinstance(response, str):
-        raise DataError(f"should be a string, got {type(response).__name__}", record=name, field=f"{at}.response")
+    if response is not None:
+        if not isinstance(response, str):
+            raise DataError(f"should be a string, got {type(response).__name__}", record=name, field=f"{at}.response")
+        _utterance(response, name, f"{at}.response")
+    context = _optional_string(record, "context", name, f"{at}.context")
     chain = _chain(record.get("chain_of_empathy"), name, f"{at}.chain_of_empathy", strict=False)
     response_audio = response_video = None
     if root is not None and response_media:
@@ -299,7 +364,7 @@ def avamerg_dialogue(
     return Dialogue(
         turns=out_turns,
         id=name,
-        context=record.get("context"),
+        context=context,
         speaker_profile=profiles["speaker"],
         listener_profile=profiles["listener"],
         response=response,
@@ -308,6 +373,24 @@ def avamerg_dialogue(
         response_video=response_video,
         missing_media=missing,
     )
+
+
+def _utterance(text: str, name: str, field_name: str) -> str:
+    if len(text) > MAX_UTTERANCE_CHARS:
+        raise DataError(
+            f"is {len(text)} characters long, over the {MAX_UTTERANCE_CHARS} an utterance may have "
+            "(no model's prompt could hold it)",
+            record=name,
+            field=field_name,
+        )
+    return text
+
+
+def _optional_string(record: dict, key: str, name: str, field_name: str) -> Optional[str]:
+    value = record.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DataError(f"should be a string, got {type(value).__name__}", record=name, field=field_name)
+    return value
 
 
 def _require(record: Any, key: str, name: str, where: str, kind):
@@ -387,6 +470,7 @@ def _ed_turns(utterances: Sequence[Any], roles: Sequence[Any], name: str, field_
     for i, (text, role) in enumerate(zip(utterances, roles)):
         if not isinstance(text, str) or not text.strip():
             raise DataError("should be a non-empty string", record=name, field=f"{field_name}[{i}]")
+        _utterance(text, name, f"{field_name}[{i}]")
         if role not in ROLE_NAMES:
             raise DataError(f"unknown role {role!r} (expected one of {sorted(ROLE_NAMES)})", record=name, field=f"roles[{i}]")
         turns.append(Turn(role=role, text=text))
@@ -451,6 +535,7 @@ def _ed_response_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tup
         raise DataError("is empty", record=name, field="context")
     roles = ["speaker" if i % 2 == 0 else "listener" for i in range(len(f["context"]))]
     turns = _ed_turns(f["context"], roles, name, "context")
+    _utterance(f["response"], name, "response")
     conv = record.get("conv_id", name)
     situation = _ed_situation(record, name)
     dialogue = Dialogue(
@@ -488,6 +573,7 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
         text = item.get("text", "")
         if not isinstance(text, str):
             raise DataError(f"should be a string, got {type(text).__name__}", record=name, field=f"{at}.text")
+        _utterance(text, name, f"{at}.text")
         audio = _avatar_media(item, "audio", name, at, ctx, missing)
         video = _avatar_media(item, "video", name, at, ctx, missing)
         if not text.strip() and audio is None and video is None:
@@ -501,6 +587,7 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
         response_text = response.get("text")
         if not isinstance(response_text, str) or not response_text.strip():
             raise DataError("missing or empty", record=name, field="response.text")
+        _utterance(response_text, name, "response.text")
         response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
         response_video = _avatar_media(response, "video", name, "response", ctx, missing)
     chain = _chain(record.get("chain"), name, "chain", strict=True)
@@ -510,7 +597,7 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
     dialogue = Dialogue(
         turns=turns,
         id=example_id,
-        context=record.get("context"),
+        context=_optional_string(record, "context", name, "context"),
         speaker_profile=profiles["speaker"],
         listener_profile=profiles["listener"],
         response=response_text,

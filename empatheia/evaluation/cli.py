@@ -18,6 +18,11 @@ status; errors are ``SystemExit("error: ...")``):
   ``DIR/predictions.jsonl``, ``DIR/references.jsonl`` and ``DIR/run.json``. ``--speak`` /
   ``--animate`` write each response's speech / speech and talking head to
   ``DIR/media/<id>.wav`` / ``.mp4``.
+* ``--skip-unknown-gold`` (either mode; also ``compare``) leaves out the references whose
+  gold emotion the label sets do not know, counted in ``skipped_unknown_gold``; without it
+  such a reference is an error naming the file, the record and the field.
+* One command at a time writes an output folder: a second ``eval`` (or ``compare``) on a
+  folder another one is writing stops at once with an error naming it.
 * ``--multimodal`` (either mode) also scores the predictions' ``audio`` / ``video``
   files (paths relative to the predictions file's folder, or absolute): the ``speech``
   (Whisper tiny.en WER/CER against the response text, duration, loudness, agreement of
@@ -96,6 +101,7 @@ def score_options(args: argparse.Namespace) -> "ScoreOptions":
     return ScoreOptions(
         allow_missing=getattr(args, "allow_missing", False), labels=load_labels(args.labels), similarity=args.similarity,
         polarity=args.polarity, multimodal=args.multimodal, progress=not args.no_progress,
+        unknown_gold="skip" if args.skip_unknown_gold else "error",
     )
 
 
@@ -134,6 +140,7 @@ def evaluate_system(args: argparse.Namespace, scoring: "ScoreOptions") -> Tuple[
 def run_eval(args: argparse.Namespace) -> int:
     """``empatheia eval``: score files, or run a model over a dataset and score it."""
     from ..errors import DataError
+    from ..io import FolderLockedError, folder_lock
     from .model_runs import RunMismatchError
     from .report import REPORT_HTML, REPORT_MD, write_report
     from .scoring import METRICS_NAME, score_files, write_metrics
@@ -141,19 +148,24 @@ def run_eval(args: argparse.Namespace) -> int:
     mode = _check_mode(args)
     scoring = score_options(args)
     try:
-        if mode == "files":
-            metrics = score_files(args.predictions, args.references, scoring)
-            write_metrics(metrics, args.out)
-        else:
-            metrics, summary = evaluate_system(args, scoring)
-            progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
-        written = write_report(metrics, args.out)
-    except (DataError, RunMismatchError, ImportError, FileNotFoundError) as error:
+        # The report is part of the folder the run writes: one lock until it is written.
+        with folder_lock(args.out):
+            if mode == "files":
+                metrics = score_files(args.predictions, args.references, scoring)
+                write_metrics(metrics, args.out)
+            else:
+                metrics, summary = evaluate_system(args, scoring)
+                progress(f"{summary.selected} example(s): {summary.resumed} predicted by an earlier run, {summary.generated} now")
+            written = write_report(metrics, args.out)
+    except (DataError, RunMismatchError, ImportError, FileNotFoundError, FolderLockedError) as error:
         raise SystemExit(f"error: {error}")
     missing = metrics["missing"]
     if missing["without_reference"] or missing["without_prediction"]:
         progress(f"left out: {len(missing['without_reference'])} prediction(s) without reference, "
                   f"{len(missing['without_prediction'])} reference(s) without prediction (ids in metrics.json)")
+    if missing.get("unknown_gold"):
+        progress(f"left out: {len(missing['unknown_gold'])} reference(s) whose gold emotion the label sets do not know "
+                 "(--skip-unknown-gold; ids in metrics.json)")
     media = metrics.get("media") or {}
     if media and not media.get("scored"):
         progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
@@ -246,6 +258,7 @@ def run_human_aggregate(args: argparse.Namespace) -> int:
 def run_compare(args: argparse.Namespace) -> int:
     """``empatheia compare``: each system run as ``eval --system S --out DIR/S`` does, then
     the comparison files."""
+    from ..io import FolderLockedError, folder_lock
     from .compare import SystemRunError, check_systems, compare_systems
     from .report import write_report
 
@@ -261,8 +274,9 @@ def run_compare(args: argparse.Namespace) -> int:
         progress(f"{entry.label}: into {folder}")
         source = {"checkpoint": entry.checkpoint, "preset": None} if entry.checkpoint is not None else {}
         run_args = argparse.Namespace(**{**vars(args), **source, "system": entry.system, "out": folder})
-        metrics, summary = evaluate_system(run_args, scoring)
-        write_report(metrics, folder)
+        with folder_lock(folder):
+            metrics, summary = evaluate_system(run_args, scoring)
+            write_report(metrics, folder)
         progress(f"{entry.label}: {summary.selected} example(s), {summary.resumed} predicted by an earlier run, "
                  f"{summary.generated} now")
         return metrics, summary
@@ -275,9 +289,10 @@ def run_compare(args: argparse.Namespace) -> int:
         "labels": str(args.labels) if args.labels else None, "device": args.device, "dtype": args.dtype,
     }
     try:
-        _, written = compare_systems(systems, run_system, args.out, settings, fine_labels,
-                                     str(args.fine_labels) if args.fine_labels else None)
-    except SystemRunError as error:
+        with folder_lock(args.out):
+            _, written = compare_systems(systems, run_system, args.out, settings, fine_labels,
+                                         str(args.fine_labels) if args.fine_labels else None, scoring.unknown_gold)
+    except (SystemRunError, FolderLockedError) as error:
         raise SystemExit(f"error: {error}")
     print(json.dumps({"systems": [entry.label for entry in systems], **{name: str(path) for name, path in written.items()}}))
     return 0
@@ -318,6 +333,9 @@ def _scoring_arguments(p: argparse.ArgumentParser) -> None:
                         "lip sync, FER facial-emotion accuracy against the gold emotion, identity consistency per "
                         "'avatar', SSIM against the references' 'video' clips), requested-vs-realised style agreement "
                         "and text-video/text-speech consistency; loads Whisper, FER and MobileNetV2 (slower)")
+    p.add_argument("--skip-unknown-gold", action="store_true",
+                   help="leave out references whose gold emotion the label sets do not know, counted in "
+                        "skipped_unknown_gold (default: an error naming the file, record and field)")
 
 
 def add_eval_parsers(subparsers: "argparse._SubParsersAction") -> None:

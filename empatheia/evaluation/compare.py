@@ -138,14 +138,16 @@ def reference_labels(references: Sequence[Mapping[str, Any]]) -> LabelSets:
     return LabelSets(emotions=names, profile={}, emotion_fold={})
 
 
-def score_fine_labels(folder: PathLike, labels: Optional[LabelSets] = None) -> Dict[str, Any]:
+def score_fine_labels(folder: PathLike, labels: Optional[LabelSets] = None, unknown_gold: str = "error") -> Dict[str, Any]:
     """Score a run's predictions under the fine ``labels`` (default:
     :func:`reference_labels`) into ``folder/fine_labels/metrics.json``, over the run's
-    selection (its ``references.jsonl``); returns the metrics."""
+    selection (its ``references.jsonl``); returns the metrics. ``unknown_gold`` is
+    :attr:`~empatheia.evaluation.scoring.ScoreOptions.unknown_gold`: a gold label the fine
+    labels do not know is an error, or skipped and counted."""
     folder = Path(folder)
     references = read_references(folder / REFERENCES_NAME)
     metrics = score_files(folder / PREDICTIONS_NAME, folder / REFERENCES_NAME,
-                          ScoreOptions(labels=labels or reference_labels(references)),
+                          ScoreOptions(labels=labels or reference_labels(references), unknown_gold=unknown_gold),
                           keep_ids=[r["id"] for r in references])
     write_metrics(metrics, folder / FINE_DIR)
     return metrics
@@ -366,6 +368,7 @@ def compare_systems(
     settings: Mapping[str, Any],
     fine_labels: Optional[LabelSets] = None,
     fine_labels_name: Optional[str] = None,
+    unknown_gold: str = "error",
 ) -> Tuple[Dict[str, Any], Dict[str, Path]]:
     """Run each of ``systems`` (names or :class:`SystemEntry` rows) in turn into
     ``out_dir/<folder>`` with ``run_system(entry, folder)``,
@@ -374,7 +377,8 @@ def compare_systems(
 
     ``settings`` describe the runs (``data``, ``model``, ``speak``, ``animate``,
     ``multimodal``, ...) in ``comparison.json`` and its page; ``fine_labels_name`` names
-    ``fine_labels`` there. The first system that fails stops the comparison with a
+    ``fine_labels`` there, and ``unknown_gold`` says what their scoring does with a gold
+    label they do not know (:func:`score_fine_labels`). The first system that fails stops the comparison with a
     :class:`SystemRunError` naming it (a system that cannot be built raises
     ``SystemExit``, as :func:`~empatheia.loading.load_system` does); the finished ones keep
     their folders. Returns the comparison and the written paths by file name."""
@@ -388,7 +392,7 @@ def compare_systems(
         failure: Optional[str] = None
         try:
             metrics, _ = run_system(entry, folder)
-            fine = score_fine_labels(folder, fine_labels)
+            fine = score_fine_labels(folder, fine_labels, unknown_gold)
         except SystemExit as error:
             failure = str(error.code).removeprefix("error: ")
         except (DataError, RunMismatchError, ImportError, OSError, ValueError, KeyError, RuntimeError) as error:

@@ -6,6 +6,10 @@ resumes where it was: ids already in the file are skipped. ``DIR/run.json`` reco
 model, data and generation settings; resuming with different ones is refused, so
 predictions of two models never mix in one file. :func:`evaluate_dataset` reads the
 dataset, runs the model and scores the run (:func:`~empatheia.evaluation.scoring.score`).
+One run at a time writes a folder (:func:`~empatheia.io.folder_lock`): a second one
+started on it meanwhile stops at once with a
+:class:`~empatheia.io.FolderLockedError`, leaving the folder to the first, so it
+stays resumable.
 
 With ``speak`` / ``animate`` (:class:`RunOptions`) the model also speaks / animates each
 response; its audio and video are written to ``DIR/media/<id>.wav`` and ``.mp4``
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import DataError
-from ..io import atomic_path, json_line, write_json, write_jsonl
+from ..io import atomic_path, folder_lock, json_line, write_json, write_jsonl
 from ..labels import LabelSets
 from .records import (
     PREDICTIONS_NAME,
@@ -228,7 +232,9 @@ def run_model(
     most the batch in flight. Ids already in the file are skipped. The run's settings
     (:meth:`RunOptions.run_info`) are checked against the folder's ``run.json``
     (:func:`check_run_info`). ``labels`` fold the gold emotions (default: the model's
-    label sets); ``data_file`` names the dataset in errors.
+    label sets); ``data_file`` names the dataset in errors. The folder is locked for the
+    run (:func:`~empatheia.io.folder_lock`): a second run on it meanwhile is a
+    :class:`~empatheia.io.FolderLockedError`.
 
     ``speak`` / ``animate`` (animating implies speaking) also render each response; its
     files are written (:func:`write_response_media`) before its line, whose ``audio``,
@@ -244,41 +250,43 @@ def run_model(
     if options.batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {options.batch_size}")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    labels = labels or model.label_sets()
-    references = references_from_dialogues(dialogues, labels, file=data_file)
-    speak = bool(options.speak or options.animate)
-    check_run_info(out_dir, options.run_info())
-    references_path = write_jsonl(out_dir / REFERENCES_NAME, references)
-    predictions_path = out_dir / PREDICTIONS_NAME
-    done = {p["id"] for p in recover_predictions(predictions_path)}
-    todo = [d for d in dialogues if d.id not in done]
-    resumed = len(dialogues) - len(todo)
-    bar = tqdm(total=len(dialogues), initial=resumed, desc="responding", unit="dialogue", disable=not options.progress)
-    try:
-        with open(predictions_path, "a", encoding="utf-8") as handle:
-            for start in range(0, len(todo), options.batch_size):
-                batch = list(todo[start : start + options.batch_size])
-                # Only the answering is timed: writing the files and measuring their styles
-                # is the evaluation's work, which a user of the system never waits for.
-                began = time.perf_counter()
-                responses = model.respond(batch, max_new_tokens=options.max_new_tokens, speak=speak, animate=options.animate)
-                seconds = (time.perf_counter() - began) / len(batch)
-                media: List[Optional[Dict[str, str]]] = [None] * len(batch)
-                styles: List[Optional[Dict[str, List[float]]]] = [None] * len(batch)
-                if speak:
-                    media = [write_response_media(out_dir, d.id, r) for d, r in zip(batch, responses)]
-                    styles = list(response_styles(model.generators(), out_dir, responses, media))
-                handle.write("".join(
-                    json_line(prediction_record(dialogue, response, fields, style, seconds))
-                    for dialogue, response, fields, style in zip(batch, responses, media, styles)
-                ))
-                handle.flush()
-                os.fsync(handle.fileno())
-                bar.update(len(batch))
-    finally:
-        bar.close()
-    return RunSummary(len(dialogues), resumed, len(todo), predictions_path, references_path)
+    # Two runs appending to one predictions file would both answer the ids neither had
+    # yet and write them twice; the second run is refused before it reads anything.
+    with folder_lock(out_dir):
+        labels = labels or model.label_sets()
+        references = references_from_dialogues(dialogues, labels, file=data_file)
+        speak = bool(options.speak or options.animate)
+        check_run_info(out_dir, options.run_info())
+        references_path = write_jsonl(out_dir / REFERENCES_NAME, references)
+        predictions_path = out_dir / PREDICTIONS_NAME
+        done = {p["id"] for p in recover_predictions(predictions_path)}
+        todo = [d for d in dialogues if d.id not in done]
+        resumed = len(dialogues) - len(todo)
+        bar = tqdm(total=len(dialogues), initial=resumed, desc="responding", unit="dialogue", disable=not options.progress)
+        try:
+            with open(predictions_path, "a", encoding="utf-8") as handle:
+                for start in range(0, len(todo), options.batch_size):
+                    batch = list(todo[start : start + options.batch_size])
+                    # Only the answering is timed: writing the files and measuring their styles
+                    # is the evaluation's work, which a user of the system never waits for.
+                    began = time.perf_counter()
+                    responses = model.respond(batch, max_new_tokens=options.max_new_tokens, speak=speak, animate=options.animate)
+                    seconds = (time.perf_counter() - began) / len(batch)
+                    media: List[Optional[Dict[str, str]]] = [None] * len(batch)
+                    styles: List[Optional[Dict[str, List[float]]]] = [None] * len(batch)
+                    if speak:
+                        media = [write_response_media(out_dir, d.id, r) for d, r in zip(batch, responses)]
+                        styles = list(response_styles(model.generators(), out_dir, responses, media))
+                    handle.write("".join(
+                        json_line(prediction_record(dialogue, response, fields, style, seconds))
+                        for dialogue, response, fields, style in zip(batch, responses, media, styles)
+                    ))
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                    bar.update(len(batch))
+        finally:
+            bar.close()
+        return RunSummary(len(dialogues), resumed, len(todo), predictions_path, references_path)
 
 
 def evaluate_dataset(
@@ -311,10 +319,13 @@ def evaluate_dataset(
     dialogues = list(corpus.dialogues)[:limit] if limit is not None else list(corpus.dialogues)
     if not dialogues:
         raise DataError("no examples to evaluate", file=data)
-    summary = run_model(model, dialogues, out_dir, run, labels=scoring.labels, data_file=data)
-    metrics = score_files(summary.predictions_path, summary.references_path, scoring, keep_ids=[d.id for d in dialogues])
-    info = run.run_info()
-    metrics["run"] = {"selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated,
-                      **dict(run.info), "speak": info["speak"], "animate": info["animate"]}
-    write_metrics(metrics, out_dir)
+    # One lock from the first answer to metrics.json, so the metrics score the file this
+    # run left (the lock is shared with run_model's own).
+    with folder_lock(out_dir):
+        summary = run_model(model, dialogues, out_dir, run, labels=scoring.labels, data_file=data)
+        metrics = score_files(summary.predictions_path, summary.references_path, scoring, keep_ids=[d.id for d in dialogues])
+        info = run.run_info()
+        metrics["run"] = {"selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated,
+                          **dict(run.info), "speak": info["speak"], "animate": info["animate"]}
+        write_metrics(metrics, out_dir)
     return metrics, summary

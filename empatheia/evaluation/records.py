@@ -7,7 +7,9 @@ Predictions (JSONL, one response a line)
     ``chain_emotion`` (the Chain of Empathy's free-text ``speaker_emotion``, may be
     ``null``), ``emotion_probabilities`` (class -> probability),
     ``chain_emotion_probabilities`` (label -> probability at the chain's emotion step, for
-    a model with ``language_model.chain_emotions``), ``audio`` and ``video``
+    a model with ``language_model.chain_emotions``; the probabilities of both are finite,
+    non-negative numbers: NaN, infinity, a negative value or a string is an error),
+    ``audio`` and ``video``
     (the spoken response and the talking head: paths relative to the predictions file's
     folder, or absolute) and ``avatar`` (which avatar spoke it: the same string, the same
     face); ``speech_style`` / ``video_style`` (the style vectors S^s / S^v the model asked
@@ -28,12 +30,13 @@ is an error (:class:`MissingIdsError`) unless missing ids are allowed; then only
 in both are scored and the rest are listed (:func:`align`).
 
 Emotions are compared as classes (:func:`emotion_class`): a label goes through the label
-sets' fold (AvaMERG's by default, so ``"anxious"`` and ``"fear"`` match); a label the fold
-does not know is compared as written (lower case, normalised spacing), so a dataset with
-its own classes still scores. A reference's gold class is its ``emotion_label`` folded
-when it has one, else its ``emotion``: references written for one label set can then be
-scored under another (e.g. EmpatheticDialogues' 32 labels, ``configs/labels/ed32.yaml``,
-against the Chain of Empathy's ``chain_emotion``).
+sets' fold (AvaMERG's by default, so ``"anxious"`` and ``"fear"`` match). A predicted label
+the fold does not know is wrong; a gold label it does not know is an error unless the
+scoring skips it (and counts it): :mod:`empatheia.evaluation.scoring`. A dataset with its
+own classes scores under its own label sets (``--labels``). A reference's gold class is its
+``emotion_label`` folded when it has one, else its ``emotion``: references written for one
+label set can then be scored under another (e.g. EmpatheticDialogues' 32 labels,
+``configs/labels/ed32.yaml``, against the Chain of Empathy's ``chain_emotion``).
 
 Age and gender
 --------------
@@ -69,6 +72,8 @@ FieldSpec = Mapping[str, Tuple[tuple, bool]]
 PREDICTIONS_NAME = "predictions.jsonl"
 REFERENCES_NAME = "references.jsonl"
 GROUP_FIELDS = ("age", "gender")
+PROBABILITY_FIELDS = ("emotion_probabilities", "chain_emotion_probabilities")
+"""Prediction fields holding label -> probability: finite, non-negative numbers."""
 STYLE_FIELDS = ("speech_style", "speech_style_realised", "video_style", "video_style_realised")
 """Prediction fields holding a style vector: a non-empty list of finite numbers."""
 STYLE_DIGITS = 6
@@ -144,11 +149,12 @@ def validate_record(record: Any, spec: FieldSpec, file: Optional[PathLike], wher
         for position, utterance in enumerate(history):
             if not isinstance(utterance, str):
                 raise DataError(f"should be a string, got {_type_name(type(utterance))}", file=file, record=where, field=f"history[{position}]")
-    probabilities = record.get("emotion_probabilities")
-    if probabilities:
-        for label, value in probabilities.items():
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise DataError(f"should be a number, got {value!r:.40}", file=file, record=where, field=f"emotion_probabilities.{label}")
+    for name in PROBABILITY_FIELDS:
+        probabilities = record.get(name) if name in spec else None
+        for label, value in (probabilities or {}).items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
+                raise DataError(f"should be a finite, non-negative probability, got {value!r:.40}",
+                                file=file, record=where, field=f"{name}.{label}")
     for name in STYLE_FIELDS:
         vector = record.get(name) if name in spec else None
         if vector is None:
@@ -260,7 +266,8 @@ def preview(ids: Sequence[str], limit: int = 5) -> str:
 
 # ====================================================================== labels
 def emotion_class(label: str, labels: LabelSets) -> str:
-    """The class a free-text emotion folds to; an unknown label, normalised, as itself."""
+    """The class a free-text emotion folds to; an unknown label, normalised, as itself
+    (which is none of the classes, so a prediction with it is wrong)."""
     try:
         return labels.emotion_class(label)
     except UnknownEmotionError:

@@ -388,11 +388,11 @@ def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tupl
                              ["The user is the speaker of the dialogue (the person whose emotion is recognised)."]))
     sections += _multimodal_sections(metrics)
     missing = metrics.get("missing") or {}
-    if missing.get("without_reference") or missing.get("without_prediction"):
-        rows = [["prediction without reference", str(len(missing.get("without_reference", []))),
-                 ", ".join(missing.get("without_reference", [])[:20])],
-                ["reference without prediction", str(len(missing.get("without_prediction", []))),
-                 ", ".join(missing.get("without_prediction", [])[:20])]]
+    if missing.get("without_reference") or missing.get("without_prediction") or missing.get("unknown_gold"):
+        kinds = [("prediction without reference", "without_reference"), ("reference without prediction", "without_prediction"),
+                 ("reference with an unknown gold emotion", "unknown_gold")]
+        rows = [[kind, str(len(missing.get(key, []))), ", ".join(missing.get(key, [])[:20])]
+                for kind, key in kinds if key != "unknown_gold" or missing.get(key)]
         sections.append(("Ids left out", ["kind", "count", "ids (first 20; all in metrics.json)"], rows, None, []))
     return sections
 

@@ -16,6 +16,16 @@ identity consistency, video style agreement, SSIM against the references' ``vide
 clips; text-video emotion and text-speech content agreement; definitions there). It
 loads Whisper, the FER network and MobileNetV2, so it is off by default; without it, the
 number of predictions carrying media is still reported under ``media``.
+
+Unknown emotions
+----------------
+The classes are the label sets' emotions, and nothing else. A predicted emotion the label
+sets do not know is wrong (the ``<unk>`` column, counted in ``unknown_predictions``). A
+gold emotion they do not know is a :class:`~empatheia.errors.DataError` naming the
+references file, the record and the field: scoring it as a class of its own would change
+every score (accuracy, macro-F1 over one more class). With ``unknown_gold="skip"``
+(``--skip-unknown-gold``) those references are left out of every metric instead, counted in
+``skipped_unknown_gold`` and listed under ``missing.unknown_gold``.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from ..errors import DataError
 from ..io import write_json
-from ..labels import LabelSets
+from ..labels import LabelSets, UnknownEmotionError
 from . import text
 from .records import (
     GROUP_FIELDS,
@@ -68,6 +78,14 @@ class ScoreOptions:
     """The models of the multimodal metrics (default: the packaged ones)."""
     progress: bool = False
     """A progress bar over the media."""
+    unknown_gold: str = "error"
+    """A reference whose gold emotion the label sets do not know: ``"error"`` (a
+    :class:`~empatheia.errors.DataError`), or ``"skip"`` (left out of every metric and
+    counted; see the module docstring)."""
+
+    def __post_init__(self):
+        if self.unknown_gold not in ("error", "skip"):
+            raise ValueError(f"unknown_gold must be 'error' or 'skip', got {self.unknown_gold!r}")
 
 
 @dataclass
@@ -117,7 +135,13 @@ def score(
     * ``speech``, ``video``, ``consistency``: with ``multimodal``, the blocks of
       :func:`empatheia.evaluation.multimodal.score_multimodal`;
     * ``missing``: ``without_reference`` and ``without_prediction`` ids (with
-      ``allow_missing``).
+      ``allow_missing``), and with ``unknown_gold="skip"`` ``unknown_gold``: the ids whose
+      gold emotion the label sets do not know, left out; their number is
+      ``skipped_unknown_gold`` (also in the ``emotion`` report).
+
+    A gold emotion the label sets do not know is a :class:`~empatheia.errors.DataError`
+    naming the references file, the record (its id) and the field, unless
+    ``unknown_gold="skip"`` (module docstring).
     """
     options, files = options or ScoreOptions(), files or RecordFiles()
     labels = options.labels or LabelSets()
@@ -126,12 +150,22 @@ def score(
         validate_records(references, REFERENCE_FIELDS, files.references),
         options.allow_missing, files.predictions, files.references,
     )
-    pairs = alignment.pairs
+    pairs, gold, unknown_gold = [], [], []
+    for prediction, reference in alignment.pairs:
+        gold_class = _gold_class(reference, labels, options.unknown_gold, files.references)
+        if gold_class is None:
+            unknown_gold.append(reference["id"])
+        else:
+            pairs.append((prediction, reference))
+            gold.append(gold_class)
+    if not pairs:
+        raise DataError(f"no reference left to score: the gold emotion of all {len(unknown_gold)} is unknown to the "
+                        f"label sets {list(labels.emotions)}", file=files.references, field="emotion")
     hypotheses = [p["text"] for p, _ in pairs]
-    gold = [emotion_class(r.get("emotion_label") or r["emotion"], labels) for _, r in pairs]
     predicted = [emotion_class(p["emotion"], labels) for p, _ in pairs]
 
     report = _emotion_report(predicted, gold, [r for _, r in pairs], labels)
+    report["skipped_unknown_gold"] = len(unknown_gold)
     metrics: Dict[str, Any] = {
         "count": len(pairs),
         "emotion_accuracy": report["accuracy"],
@@ -148,13 +182,35 @@ def score(
     metrics.update(_media(pairs, gold, predicted, options, files))
     metrics["emotion"] = report
     metrics["missing"] = {"without_reference": alignment.without_reference, "without_prediction": alignment.without_prediction}
+    if options.unknown_gold == "skip":
+        metrics["skipped_unknown_gold"] = len(unknown_gold)
+        metrics["missing"]["unknown_gold"] = unknown_gold
     return metrics
 
 
+def _gold_class(reference: Mapping[str, Any], labels: LabelSets, unknown_gold: str, file: Optional[PathLike]) -> Optional[str]:
+    """A reference's gold class: its ``emotion_label`` folded when it has one, else its
+    ``emotion``; ``None`` for an unknown one when ``unknown_gold`` is ``"skip"``."""
+    name = "emotion_label" if reference.get("emotion_label") else "emotion"
+    try:
+        return labels.emotion_class(reference[name])
+    except UnknownEmotionError:
+        if unknown_gold == "skip":
+            return None
+        raise DataError(
+            f"unknown gold emotion {reference[name]!r}: not one of the label sets' {len(labels.emotions)} emotions "
+            f"{preview(list(labels.emotions), 8)} nor in their fold; "
+            "give label sets that know it (--labels), or leave such references out with --skip-unknown-gold "
+            "(they are counted in skipped_unknown_gold)",
+            file=file, record=f"id {reference['id']!r}", field=name,
+        ) from None
+
+
 def _emotion_report(predicted, gold, references, labels: LabelSets) -> Dict[str, Any]:
-    """The emotion report over the label sets' classes and any other class that occurs,
-    grouped by the references' age and gender (in the label sets' order)."""
-    classes = list(labels.emotions) + sorted(set(gold + predicted) - set(labels.emotions))
+    """The emotion report over the label sets' classes (every gold class is one of them; a
+    prediction outside them is the ``<unk>`` column), grouped by the references' age and
+    gender (in the label sets' order)."""
+    classes = list(labels.emotions)
     groups = {}
     for attribute in GROUP_FIELDS:
         values = [group_value(r.get(attribute), attribute, labels) for r in references]

@@ -75,6 +75,7 @@ def read_frames(video: FramesLike, max_frames: Optional[int] = None) -> Tuple[np
     if isinstance(video, (str, Path)):
         import av
 
+        from empatheia.config import MediaLimits
         from empatheia.media import load_video_frames
 
         with av.open(str(video)) as container:
@@ -82,7 +83,9 @@ def read_frames(video: FramesLike, max_frames: Optional[int] = None) -> Tuple[np
             if stream is not None and stream.average_rate:
                 fps = float(stream.average_rate)
         # At the native rate, each frame once: all of them, or max_frames spread over the clip.
-        frames = load_video_frames(video, max_frames=max_frames or 1_000_000, frame_rate=fps)
+        # A generated answer's video, not a user's clip: scored whole, however long.
+        frames = load_video_frames(video, max_frames=max_frames or 1_000_000, frame_rate=fps,
+                                   limits=MediaLimits(max_seconds=float("inf")))
         array = frames.numpy()
     else:
         if hasattr(video, "frames") and hasattr(video, "fps"):

@@ -5,6 +5,8 @@ must decode (FFmpeg, through PyAV) to a sound stream, a video to a moving pictur
 still image in a video's name), a portrait to an image. Durations are counted while
 decoding, so a header that lies about the length does not get past the limit, and a long
 file is refused as soon as decoding passes the limit rather than after reading all of it.
+The length limit is the media readers' own policy (:class:`~empatheia.config.MediaLimits`,
+which :class:`UploadLimits` extends): 30 s by default, refused (413) unless ``trim``.
 Each problem is an :class:`UploadError` naming the field and what was wrong.
 """
 
@@ -17,8 +19,9 @@ import av
 import cv2
 import numpy as np
 
+from ..config import MediaLimits
 from ..errors import DataError
-from ..media import prepare_waveform
+from ..media import prepare_waveform, within_limits
 
 # Image demuxers: FFmpeg opens a PNG or JPEG as a one-frame "video".
 _STILL_IMAGE_FORMATS = ("image2", "_pipe")
@@ -30,11 +33,12 @@ _FALLBACK_FRAME_RATE = 4.0
 
 
 @dataclass(frozen=True)
-class UploadLimits:
+class UploadLimits(MediaLimits):
+    """The media length policy (``max_seconds``, ``trim``: longest audio or video, and
+    whether a longer one is refused or cut) and what only uploads have."""
+
     max_bytes: int = 16 * 1024 * 1024
     """Largest file per field."""
-    max_seconds: float = 30.0
-    """Longest audio or video."""
     max_text_chars: int = 2000
     max_image_side: int = 4096
     """Largest side of a portrait."""
@@ -96,7 +100,7 @@ def decode_audio(field: str, source: BinaryIO, sample_rate: int, limits: UploadL
     with _open(field, source, "audio") as container:
         if not container.streams.audio:
             raise UploadError(field, "has no audio stream", 415)
-        _refuse_long_header(field, container, limits)
+        _refuse_long_header(field, "audio", container, limits)
         stream = container.streams.audio[0]
         resampler = av.AudioResampler(format="flt", layout="mono", rate=sample_rate)
         limit = int(limits.max_seconds * sample_rate)
@@ -107,15 +111,16 @@ def decode_audio(field: str, source: BinaryIO, sample_rate: int, limits: UploadL
                     piece = out.to_ndarray().reshape(-1)
                     pieces.append(piece)
                     total += piece.shape[0]
-                if total > limit:
-                    raise UploadError(field, f"longer than the {limits.max_seconds:g} s limit", 413)
-            for out in resampler.resample(None):
-                pieces.append(out.to_ndarray().reshape(-1))
+                if total > limit and not _within(field, "audio", total / sample_rate, limits, complete=False):
+                    break
+            else:
+                for out in resampler.resample(None):
+                    pieces.append(out.to_ndarray().reshape(-1))
         except UploadError:
             raise
         except Exception as error:
             raise UploadError(field, f"audio stream is corrupt ({error})", 422) from None
-    samples = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
+    samples = np.concatenate(pieces).astype(np.float32)[:limit] if pieces else np.zeros(0, np.float32)
     try:
         prepare_waveform(samples, sample_rate, sample_rate)  # empty, too short, silent, non-finite
     except DataError as error:
@@ -132,7 +137,7 @@ def decode_video(field: str, source: BinaryIO, frame_rate: Optional[float], limi
         name = container.format.name or ""
         if not container.streams.video or any(part in name for part in _STILL_IMAGE_FORMATS):
             raise UploadError(field, f"is not a video (it decodes as {name or 'something else'})", 415)
-        _refuse_long_header(field, container, limits)
+        _refuse_long_header(field, "video", container, limits)
         stream = container.streams.video[0]
         period = float(1 / stream.average_rate) if stream.average_rate else 0.04
         start, kept, count, last_time, last = None, [], 0, 0.0, None
@@ -141,8 +146,8 @@ def decode_video(field: str, source: BinaryIO, frame_rate: Optional[float], limi
                 t = float(frame.pts * stream.time_base) if frame.pts is not None else count * period
                 start = t if start is None else start
                 t -= start
-                if t > limits.max_seconds:
-                    raise UploadError(field, f"longer than the {limits.max_seconds:g} s limit", 413)
+                if t > limits.max_seconds and not _within(field, "video", t, limits, complete=False):
+                    break
                 count, last_time, last = count + 1, t, frame
                 if t + period > (len(kept) + 0.5) / rate:
                     kept.append(_small_rgb(frame))
@@ -166,12 +171,19 @@ def _small_rgb(frame) -> np.ndarray:
     return image
 
 
-def _refuse_long_header(field: str, container, limits: UploadLimits) -> None:
-    # A header that states the length refuses a long file before any decoding.
-    if container.duration is not None and container.duration / 1_000_000 > limits.max_seconds + 1:
-        raise UploadError(
-            field, f"{container.duration / 1_000_000:.0f} s long, over the {limits.max_seconds:g} s limit", 413
-        )
+def _refuse_long_header(field: str, kind: str, container, limits: UploadLimits) -> None:
+    # A header that states the length refuses a long file before any decoding (a second
+    # of slack for the padding some encoders count); trimming, decoding stops at the limit.
+    if not limits.trim and container.duration is not None and container.duration / 1_000_000 > limits.max_seconds + 1:
+        _within(field, kind, container.duration / 1_000_000, limits)
+
+
+def _within(field: str, kind: str, seconds: float, limits: UploadLimits, complete: bool = True) -> bool:
+    """:func:`~empatheia.media.within_limits`, its refusal an :class:`UploadError` (413)."""
+    try:
+        return within_limits(seconds, limits, kind, complete=complete)
+    except DataError as error:
+        raise UploadError(field, error.reason, 413) from None
 
 
 def decode_image(field: str, data: bytes, limits: UploadLimits) -> np.ndarray:

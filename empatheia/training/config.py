@@ -127,6 +127,12 @@ class TrainConfig:
     save_steps: int = 500
     save_total_limit: Optional[int] = 3
     """Keep this many newest checkpoints (``null``: all)."""
+    max_consecutive_skipped_steps: int = 10
+    """The most optimizer steps in a row whose update DeepSpeed may skip (its overflow check
+    found inf or NaN in the gradients) before the run stops as diverging. fp16 loss scaling
+    skips a few steps at the start while the scale settles from 2^16 (each skip halves it)
+    and one now and then when it tries a larger scale; a diverging run skips every step.
+    Not under ``optim``, so a run stopped by it can be resumed with a higher budget."""
     tensorboard: bool = True
     progress: bool = True
 
@@ -146,6 +152,9 @@ class TrainConfig:
                 raise bad(key, f"must be a positive integer, got {value!r}")
         if self.save_total_limit is not None and (not isinstance(self.save_total_limit, int) or self.save_total_limit < 1):
             raise bad("save_total_limit", f"must be a positive integer or null, got {self.save_total_limit!r}")
+        budget = self.max_consecutive_skipped_steps
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+            raise bad("max_consecutive_skipped_steps", f"must be a non-negative integer, got {budget!r}")
         if self.eval_steps is not None and (not isinstance(self.eval_steps, int) or self.eval_steps < 1):
             raise bad("eval_steps", f"must be a positive integer or null, got {self.eval_steps!r}")
         if self.optim.scheduler not in ("cosine", "linear", "constant"):

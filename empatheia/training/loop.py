@@ -47,7 +47,9 @@ _RESUME_KEYS = ("stage", "seed", "model", "data", "optim", "deepspeed", "mixed_p
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message names the step and the batch."""
+    """The loss, the gradients or the trained weights stopped being finite, or DeepSpeed
+    skipped more optimizer steps in a row than ``max_consecutive_skipped_steps`` allows; the
+    message names the step, the last good checkpoint and what to change."""
 
 
 @dataclass
@@ -87,8 +89,9 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
 
     state = ckpt.TrainerState()
+    skips = _SkippedSteps(config.max_consecutive_skipped_steps)
     if start_from is not None:
-        state = _restore(start_from, engine, model, proc, ds_config)
+        state, skips.in_a_row = _restore(start_from, engine, model, proc, ds_config)
     log = _RunLog(output_dir, config, proc)
     log.note(
         f"stage {config.stage}, {get_stage(config.stage).title}: {len(data.train)} training examples, "
@@ -129,11 +132,15 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
             engine.backward(outputs["loss"])
             if micro == accumulation - 1 and zero_stage(ds_config) == 0:
                 grad_norm = _grad_norm(model)  # ZeRO 0 clips without keeping the norm
-            engine.step()
+                _check_gradient_before_update(grad_norm, engine, state, config, output_dir, proc)
+            _engine_step(engine, state, config, output_dir)
             values = torch.stack([v.detach().float() for v in outputs.values()]).tolist()
             for name, value in zip(outputs, values):
                 terms[name] = terms.get(name, 0.0) + value / accumulation
         state.step += 1
+        if zero_stage(ds_config) > 0:
+            grad_norm = _as_float(engine.get_global_grad_norm())
+        diverged = skips.after_step(engine.was_step_applied(), grad_norm, state, config, output_dir)
         if config.data.on_error == "skip":
             log.skipped([s for rank_skipped in gather_objects(skipped) for s in rank_skipped])
         terms["examples"] = examples
@@ -142,24 +149,30 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         window.append(reduced)
         progress.update(1)
         progress.set_postfix(loss=f"{reduced['loss']:.4f}")
-        if state.step % config.logging_steps == 0 or state.step == config.max_steps:
-            if zero_stage(ds_config) > 0:
-                grad_norm = engine.get_global_grad_norm()
+        # The steps up to a stop are logged, so metrics.jsonl shows how the run diverged.
+        if state.step % config.logging_steps == 0 or state.step == config.max_steps or diverged:
             extra = {
                 "lr": scheduler.get_last_lr()[0],
                 "epoch": round(loader.batch_sampler.epoch(state.micro_steps), 4),
                 "examples": state.examples,
-                "grad_norm": float(grad_norm) if grad_norm is not None else None,
+                "grad_norm": grad_norm,
+                "skipped_steps": skips.take_logged(),
                 "seconds": round(time.perf_counter() - started, 3),
             }
             log.metrics(state.step, "train", _mean(window), extra)
             window = []
+        if diverged is not None:
+            progress.close()
+            log.close()
+            raise diverged
         if data.eval is not None and config.eval_steps and state.step % config.eval_steps == 0:
             with autocast(precision, proc.device):
                 log.metrics(state.step, "eval", evaluate(engine, data, config, proc), {})
         if state.step % config.save_steps == 0 or state.step == config.max_steps:
-            _save_checkpoint(output_dir, engine, model, state, config, proc, ds_config)
+            _check_weights_finite(model, state, config, output_dir, proc, ds_config)
+            _save_checkpoint(output_dir, engine, model, state, config, proc, ds_config, skips.in_a_row)
     progress.close()
+    # The last step always saved a checkpoint, after the weights were checked.
     final_dir = output_dir / FINAL_DIR
     with ckpt.atomic_directory(final_dir, proc.is_main) as tmp:
         _save_model(model, tmp, proc, ds_config)
@@ -253,12 +266,133 @@ def _check_finite(
     if not any_process(bad, proc.device):
         return
     culprits = [i for rank_ids in gather_objects(ids if bad else []) for i in rank_ids]
-    last = ckpt.latest_checkpoint(output_dir)
-    kept = f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
     raise TrainingDiverged(
         f"stage {config.stage}: the loss became {float(loss.detach())} at step {state.step + 1} "
         f"(micro-batch {micro + 1} of {config.optim.gradient_accumulation_steps}, batch {state.micro_steps} of "
-        f"this run), on examples {culprits}; training stopped before this update, and {kept}"
+        f"this run), on examples {culprits}; training stopped before this update, and {_kept(output_dir)}. "
+        + _remedy(config)
+    )
+
+
+def _kept(output_dir: Path) -> str:
+    last = ckpt.latest_checkpoint(output_dir)
+    return f"the last good checkpoint is {last}" if last else "no checkpoint was written yet"
+
+
+def _remedy(config: TrainConfig) -> str:
+    # optim is one of the keys a resumed run must keep, hence the fresh output_dir.
+    return (
+        f"To train on, lower optim.learning_rate (now {config.optim.learning_rate:g}) or raise optim.warmup_steps "
+        f"(now {config.optim.warmup_steps}) and start again in a new output_dir"
+    )
+
+
+def _as_float(value) -> Optional[float]:
+    return None if value is None else float(value)
+
+
+def _is_finite(value: Optional[float]) -> bool:
+    return value is None or math.isfinite(value)
+
+
+def _check_gradient_before_update(
+    grad_norm: float, engine, state: ckpt.TrainerState, config: TrainConfig, output_dir: Path, proc: ProcessInfo
+) -> None:
+    """Under ZeRO stage 0 with a plain optimizer (fp32, or bf16 autocast on the CPU)
+    DeepSpeed has no overflow check: it would apply an inf or NaN gradient and leave every
+    weight NaN, so the run stops before that update. The fp16 and bf16 optimizers keep an
+    ``overflow`` flag and skip such a step themselves, which the skipped-step budget counts."""
+    if hasattr(engine.optimizer, "overflow"):
+        return
+    if not any_process(not math.isfinite(grad_norm), proc.device):
+        return
+    raise TrainingDiverged(
+        f"stage {config.stage}: the gradient norm became {grad_norm} at step {state.step + 1} while the loss was "
+        f"finite; ZeRO stage 0 without loss scaling cannot skip such an update, so training stopped before it, and "
+        f"{_kept(output_dir)}. " + _remedy(config)
+    )
+
+
+# What DeepSpeed's fp16 loss scaler raises, as a bare Exception, when an overflow finds the
+# scale at its minimum already.
+_LOSS_SCALE_AT_MINIMUM = "loss scale already at minimum"
+
+
+def _engine_step(engine, state: ckpt.TrainerState, config: TrainConfig, output_dir: Path) -> None:
+    try:
+        engine.step()
+    except Exception as error:
+        if _LOSS_SCALE_AT_MINIMUM not in str(error):
+            raise
+        raise TrainingDiverged(
+            f"stage {config.stage}: at step {state.step + 1} the gradients overflowed fp16 although DeepSpeed's loss "
+            f"scale had already fallen to its minimum: the run is diverging. Training stopped before this update, and "
+            f"{_kept(output_dir)}. " + _remedy(config) + "; or train in bf16 (mixed_precision: bf16) where the GPU has it"
+        ) from error
+
+
+class _SkippedSteps:
+    """Counts the optimizer steps whose update DeepSpeed discarded (inf or NaN in the
+    gradients: fp16 loss-scale overflows, or a diverging run in any precision) and decides
+    when the run is diverging rather than settling its loss scale."""
+
+    def __init__(self, budget: int):
+        self.budget = budget
+        self.in_a_row = 0
+        """Skipped steps since the last applied one; kept in checkpoints, so a resumed run
+        stops where an uninterrupted one would."""
+        self.since_logged = 0
+
+    def take_logged(self) -> int:
+        count, self.since_logged = self.since_logged, 0
+        return count
+
+    def after_step(
+        self, applied: bool, grad_norm: Optional[float], state: ckpt.TrainerState, config: TrainConfig, output_dir: Path
+    ) -> Optional[TrainingDiverged]:
+        """The error to stop with after the step ``state.step``, or ``None``."""
+        if applied and not _is_finite(grad_norm):
+            # bf16 ZeRO without check_grad_overflow applies what it cannot clip.
+            return TrainingDiverged(
+                f"stage {config.stage}: the gradient norm became {grad_norm} at step {state.step} and DeepSpeed applied "
+                f"that update, so the weights are no longer finite; no checkpoint of it was written, and "
+                f"{_kept(output_dir)}. " + _remedy(config)
+            )
+        if applied:
+            self.in_a_row = 0
+            return None
+        self.in_a_row += 1
+        self.since_logged += 1
+        if self.in_a_row <= self.budget:
+            return None
+        first = state.step - self.in_a_row + 1
+        return TrainingDiverged(
+            f"stage {config.stage}: DeepSpeed skipped {self.in_a_row} optimizer steps in a row (steps {first} to "
+            f"{state.step}) because their gradients held inf or NaN, more than max_consecutive_skipped_steps "
+            f"({self.budget}) allows: the run is diverging. Training stopped at step {state.step}, and "
+            f"{_kept(output_dir)}. " + _remedy(config) + "; or, if these are fp16 loss-scale overflows that would "
+            "settle, raise max_consecutive_skipped_steps and continue this run with --resume"
+        )
+
+
+def _check_weights_finite(
+    model: Empatheia, state: ckpt.TrainerState, config: TrainConfig, output_dir: Path, proc: ProcessInfo, ds_config: Dict
+) -> None:
+    """Refuse to save weights that hold inf or NaN (an update that blew up with a finite
+    gradient, or one applied without an overflow check). Under ZeRO-3 each process checks
+    the shard it holds."""
+    zero3 = zero_stage(ds_config) == 3
+    bad = next(
+        (name for key, group in model.parameter_groups().items() if key != "frozen" for name, p in group
+         if not bool(torch.isfinite(p.ds_tensor if zero3 and hasattr(p, "ds_tensor") else p).all())),
+        None,
+    )
+    if not any_process(bad is not None, proc.device):
+        return
+    names = sorted({name for name in gather_objects(bad) if name})
+    raise TrainingDiverged(
+        f"stage {config.stage}: after step {state.step} the trained weights hold inf or NaN ({', '.join(names)}); "
+        f"nothing of this step was saved, and {_kept(output_dir)}. " + _remedy(config)
     )
 
 
@@ -317,11 +451,18 @@ def _save_model(model: Empatheia, directory: Path, proc: ProcessInfo, ds_config:
             model.save_pretrained(directory)
 
 
-def _save_checkpoint(output_dir: Path, engine, model: Empatheia, state, config: TrainConfig, proc, ds_config) -> None:
+# Kept in the engine's client state, beside DeepSpeed's own counters.
+_SKIPPED_IN_A_ROW = "empatheia_skipped_steps_in_a_row"
+
+
+def _save_checkpoint(
+    output_dir: Path, engine, model: Empatheia, state, config: TrainConfig, proc, ds_config, skipped_in_a_row: int
+) -> None:
     final = output_dir / f"checkpoint-{state.step}"
     with ckpt.atomic_directory(final, proc.is_main) as tmp:
         _save_model(model, tmp / ckpt.MODEL_DIR, proc, ds_config)
-        engine.save_checkpoint(str(tmp / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG, exclude_frozen_parameters=True)
+        engine.save_checkpoint(str(tmp / ckpt.ENGINE_DIR), tag=ckpt.ENGINE_TAG, exclude_frozen_parameters=True,
+                               client_state={_SKIPPED_IN_A_ROW: skipped_in_a_row})
         ckpt.save_rng(tmp, proc.rank, proc.device)
         barrier()
         if proc.is_main:
@@ -331,7 +472,10 @@ def _save_checkpoint(output_dir: Path, engine, model: Empatheia, state, config: 
     barrier()
 
 
-def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_config: Dict) -> ckpt.TrainerState:
+def _restore(
+    directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_config: Dict
+) -> Tuple[ckpt.TrainerState, int]:
+    """The trainer state of ``directory`` and the skipped steps in a row it ended with."""
     import deepspeed
 
     # Parts trained by earlier stages first, then the engine's state for this stage's.
@@ -340,7 +484,7 @@ def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_co
     gather = deepspeed.zero.GatheredParameters(_trained_parameters(model), modifier_rank=0) if zero3 else contextlib.nullcontext()
     with gather:
         model.load_trained_state_dict(model.read_trained_state(saved), source=str(saved))
-    path, _ = engine.load_checkpoint(
+    path, client_state = engine.load_checkpoint(
         str(directory / ckpt.ENGINE_DIR),
         tag=ckpt.ENGINE_TAG,
         load_module_strict=False,
@@ -350,7 +494,7 @@ def _restore(directory: Path, engine, model: Empatheia, proc: ProcessInfo, ds_co
     if path is None:
         raise RuntimeError(f"DeepSpeed could not load its state from {directory / ckpt.ENGINE_DIR}")
     ckpt.load_rng(directory, proc.rank, proc.device)
-    return ckpt.TrainerState.load(directory / ckpt.STATE_NAME)
+    return ckpt.TrainerState.load(directory / ckpt.STATE_NAME), int((client_state or {}).get(_SKIPPED_IN_A_ROW, 0))
 
 
 def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, proc: ProcessInfo) -> Optional[Path]:
@@ -388,6 +532,16 @@ def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, pro
     return existing
 
 
+def _strict_json_row(row: Dict[str, object]) -> Dict[str, object]:
+    """``row`` with each inf or NaN number written as ``null`` and named, with its value as
+    text, under ``"nonfinite"`` (``{"grad_norm": "inf"}``): JSON has no such numbers, and
+    strict readers (``jq``, most other languages) reject Python's ``Infinity``."""
+    nonfinite = {k: str(v) for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
+    if not nonfinite:
+        return row
+    return {**{k: None if k in nonfinite else v for k, v in row.items()}, "nonfinite": nonfinite}
+
+
 class _RunLog:
     """``metrics.jsonl``, ``skipped.jsonl``, TensorBoard and messages, from the main
     process only."""
@@ -408,9 +562,9 @@ class _RunLog:
     def metrics(self, step: int, split: str, values: Dict[str, float], extra: Dict[str, object]) -> None:
         if not self.active:
             return
-        row = {"step": step, "split": split, **{k: round(v, 6) for k, v in values.items()}, **extra}
+        row = _strict_json_row({"step": step, "split": split, **{k: round(v, 6) for k, v in values.items()}, **extra})
         with open(self.output_dir / METRICS_NAME, "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(row, allow_nan=False) + "\n")
         if self.writer is not None:
             for key, value in {**values, **extra}.items():
                 if isinstance(value, (int, float)):

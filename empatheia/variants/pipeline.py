@@ -130,6 +130,7 @@ class PipelineSystem(VariantSystem):
                 system=self.title,
                 emotion_source="the emotion it wrote",
                 has_chain=given is not None,
+                dropped_turns=written.prompts[row].first_turn,
             ))
         return responses
 
