@@ -218,18 +218,21 @@ def data_check(args: argparse.Namespace) -> int:
     from .labels import LabelSets
 
     labels = load_labels(args.labels) or LabelSets()
-    video = None
+    speech = video = limits = None
     if args.decode:
         from .config import EmpatheiaConfig
 
-        # Decoded as the model that will read the files does: the face is looked for only
-        # where its video_encoder.face_crop is on (not for small's drawn avatars).
-        video = EmpatheiaConfig.from_preset(args.preset).video_encoder
+        # Decoded as the model that will read the files does: its sample rate, frames and
+        # length limit, and a face looked for only where its video_encoder.face_crop is on
+        # (not for small's drawn avatars).
+        config = EmpatheiaConfig.from_preset(args.preset)
+        speech, video, limits = config.speech_encoder, config.video_encoder, config.media
         if args.no_face_check:
             video.face_crop = False
     try:
         report = check_dataset(
-            args.file, media_root=args.media_root, format=args.format, labels=labels, decode_media=args.decode, video=video
+            args.file, media_root=args.media_root, format=args.format, labels=labels, decode_media=args.decode,
+            speech=speech, video=video, limits=limits,
         )
     except DataError as error:
         raise SystemExit(f"error: {error}")
@@ -530,8 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--decode", action="store_true", help="also decode every media file and check it")
     p.add_argument("--no-face-check", action="store_true", help="with --decode: do not look for a face in videos")
     p.add_argument("--preset", choices=preset_names(), default="small",
-                   help="with --decode: check the media as this preset's model reads them (frames taken, and a "
-                        "face looked for where its video_encoder.face_crop is on: paper); default small")
+                   help="with --decode: check the media as this preset's model reads them (sample rate, frames "
+                        "taken, media.max_seconds, and a face looked for where its video_encoder.face_crop is on: "
+                        "paper); default small")
     p.set_defaults(run=data_check)
 
     p = data.add_parser("extract-features", help="pre-extract gold generator features (resumable)")

@@ -213,8 +213,6 @@ def test_command_line_starts_without_the_model_libraries():
         "heavy = [m for m in ('torch', 'transformers', 'peft', 'numpy') if m in sys.modules]\n"
         "print(heavy)\n"
         "assert not heavy, heavy\n"
-        "from empatheia import Empatheia, Dialogue\n"
-        "assert 'torch' in sys.modules and Empatheia.__name__ == 'Empatheia'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

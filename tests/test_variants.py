@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -139,7 +140,8 @@ def test_pipeline_style_follows_the_written_emotion(tiny_pipeline, monkeypatch):
 
     def written(items, *args, **kwargs):
         texts = ["Emotion: furious\nResponse: That is not fair.", "Emotion: terrified\nResponse: You are safe now."]
-        return GeneratedText([], (None, None), torch.zeros(2, 1, dtype=torch.long), texts[: len(items)], [])
+        prompts = [SimpleNamespace(first_turn=0) for _ in items]  # every turn read
+        return GeneratedText(prompts, (None, None), torch.zeros(2, 1, dtype=torch.long), texts[: len(items)], [])
 
     monkeypatch.setattr(tiny_pipeline.model, "generate_text", written)
     angry, afraid = tiny_pipeline.respond([make_dialogue(3), make_dialogue(3, seed=1)])
