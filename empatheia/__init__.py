@@ -5,8 +5,9 @@
 >>> response = model.respond(Dialogue([Turn("speaker", "I failed my driving test again.")]))
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from .lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -14,16 +15,16 @@ __version__ = "0.1.0"
 # submodules (configs, labels, data checks) start without importing torch,
 # transformers and peft.
 _EXPORTS = {
-    "ChainOfEmpathy": "prompts",
-    "Dialogue": "dialogue",
-    "Empatheia": "modeling",
-    "EmpatheiaConfig": "config",
-    "EmpatheiaProcessor": "processing",
-    "EmpatheticResponse": "response",
-    "LabelPrediction": "response",
-    "PromptMode": "prompts",
-    "Target": "processing",
-    "Turn": "dialogue",
+    "ChainOfEmpathy": ".prompts",
+    "Dialogue": ".dialogue",
+    "Empatheia": ".modeling",
+    "EmpatheiaConfig": ".config",
+    "EmpatheiaProcessor": ".processing",
+    "EmpatheticResponse": ".response",
+    "LabelPrediction": ".response",
+    "PromptMode": ".prompts",
+    "Target": ".processing",
+    "Turn": ".dialogue",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -37,13 +38,4 @@ if TYPE_CHECKING:
     from .response import EmpatheticResponse as EmpatheticResponse, LabelPrediction as LabelPrediction
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'empatheia' has no attribute {name!r}")
-    value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _EXPORTS)

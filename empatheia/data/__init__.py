@@ -4,8 +4,9 @@ fold of :mod:`empatheia.labels`, re-exported here).
 See ``docs/data.md`` for the formats and a walk-through.
 """
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from ..lazy import lazy_attributes
 
 # Loaded on first use: reading and checking a dataset's text needs neither torch nor the
 # face detector, and the command line's parser reads FORMATS.
@@ -45,13 +46,4 @@ if TYPE_CHECKING:
     from .readers import FORMATS as FORMATS, DialogueCorpus as DialogueCorpus, avamerg_dialogue as avamerg_dialogue, read_dataset as read_dataset
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'empatheia.data' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_attributes(__name__, globals(), _EXPORTS)
