@@ -11,9 +11,7 @@ from .lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
-# The public names load on first use, so that ``empatheia --help`` and the light
-# submodules (configs, labels, data checks) start without importing torch,
-# transformers and peft.
+# Loaded on first use (empatheia.lazy).
 _EXPORTS = {
     "ChainOfEmpathy": ".prompts",
     "Dialogue": ".dialogue",

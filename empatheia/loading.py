@@ -40,7 +40,8 @@ class WritingProgress:
             self.stream.flush()
         elif now - self.shown >= self.every:
             self.shown = now
-            progress(f"{self.what}: {tokens} tokens after {now - self.start:.0f}s")
+            self.stream.write(f"[empatheia] {self.what}: {tokens} tokens after {now - self.start:.0f}s\n")
+            self.stream.flush()
 
     def done(self) -> None:
         if self.live and self.tokens:

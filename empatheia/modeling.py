@@ -785,7 +785,7 @@ class Empatheia(nn.Module, Responder):
             speech_lengths = [max(1, self.generators()[0].content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
         hidden = self.answer_hidden_states(full_batch, written)
-        del written  # the cache
+        del written  # its key/value cache is no longer needed: free it before the heads run
         if speech_lengths is None:
             speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
