@@ -254,6 +254,11 @@ class StyleDisentanglerConfig(TransformerVAEConfig):
             "timbre": list(TIMBRE_LABELS),
         }
     )
+    emotion_fold: Optional[Dict[str, str]] = None
+    """How free-text emotions map onto ``emotion_labels``, as the label sets the model was
+    fine-tuned with wrote it (:class:`~empatheia.labels.LabelSets`); kept here so that a
+    saved model reads its dataset's labels without the labels file. ``None``: the
+    built-in fold."""
 
 
 @dataclass

@@ -234,7 +234,7 @@ class Empatheia(nn.Module, Responder):
     # ================================================================== labels
     def label_sets(self) -> LabelSets:
         """The classes the Style Disentangler's classifiers predict."""
-        return LabelSets.from_config(self.config.style_disentangler)
+        return LabelSets.from_config(self.config.style_disentangler, self.config.style_disentangler.emotion_fold)
 
     def set_label_sets(self, labels: LabelSets) -> "Empatheia":
         """Classify a new dataset's emotions and profile attributes (downstream
@@ -280,6 +280,7 @@ class Empatheia(nn.Module, Responder):
                 sd.class_styles = tables
         self.config.style_disentangler.emotion_labels = list(labels.emotions)
         self.config.style_disentangler.profile_labels = {k: list(v) for k, v in labels.profile.items()}
+        self.config.style_disentangler.emotion_fold = dict(labels.emotion_fold) if labels.emotion_fold is not None else None
         if self.stage is not None:
             self.set_stage(self.stage)
         return self
