@@ -1,6 +1,7 @@
 """Command line.
 
-* ``empatheia respond CONVERSATION.json --out DIR``: answer one turn.
+* ``empatheia respond FILE [--conversation ID] [--turn N] --out DIR``: answer one turn of a
+  dataset file in any format ``data check`` reads.
 * ``empatheia serve [--port N]``: a web page and an HTTP API to talk to the avatar.
 * ``empatheia chat [--speak]``: talk to the avatar in the terminal.
 * ``empatheia data check FILE [--media-root DIR]``: what a dataset holds, and what is wrong.
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .config_loader import ConfigError, add_set_argument, preset_names
+from .decoding import add_decoding_arguments, decoding_from_args
 from .errors import DataError
 from .variants import SYSTEMS
 from .loading import WritingProgress, check_device, load_labels, load_system, model_overrides, progress, system_arguments
@@ -44,47 +46,15 @@ DEBUG_VARIABLE = "EMPATHEIA_DEBUG"
 """Set (to anything but empty) to show the traceback of an expected failure too."""
 
 
-def _load_conversation(path: Path, conversation_id: Optional[str]) -> dict:
-    from .data.readers import find_bad_text
-    from .io import NESTING_REASON, parse_json, read_text
-
-    text = read_text(path)  # a folder, a missing file and text that is not UTF-8 are DataErrors
-    try:
-        data = parse_json(text, path)
-    except DataError as error:
-        if error.reason == NESTING_REASON:
-            raise
-        raise DataError(f"not valid JSON ({error.reason})", file=path) from None
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
-        raise SystemExit(f"error: {path}: expected a conversation object or a list of them")
-    if conversation_id is not None:
-        matches = [c for c in data if str(c.get("conversation_id")) == conversation_id]
-        if not matches:
-            raise SystemExit(f"error: {path}: no conversation with conversation_id {conversation_id!r}")
-        return matches[0]
-    if len(data) != 1:
-        ids = [c.get("conversation_id") for c in data[:5]]
-        raise SystemExit(
-            f"error: {path} holds {len(data)} conversations (first ids {ids}); choose one with --conversation ID"
-        )
-    conversation = data[0]
-    bad = find_bad_text(conversation)
-    if bad is not None:
-        raise DataError(bad[1], file=path, record=str(conversation.get("conversation_id", "?")), field=bad[0] or None)
-    return conversation
-
-
-def _in_conversation(error: DataError, path: Path, turn: Optional[int] = None) -> DataError:
-    """``error`` said in the terms of the conversation file ``path``: a media file is
-    named after the file that refers to it, and, for an error of the dialogue built from
-    the file's turn ``turn``, that dialogue's turn ``i`` is ``dialogue_history[i]``."""
+def _in_conversation(error: DataError, path: Path, example=None) -> DataError:
+    """``error`` said in the terms of the dataset file ``path``: a media file is named after
+    the file that refers to it, and, for an error of the dialogue of ``example`` (a
+    :class:`~empatheia.data.readers.PickedExample`), that dialogue's turn ``i`` is where
+    the file holds it (AvaMERG's ``turns[t].dialogue_history[i].utterance``)."""
     field = error.field
-    match = re.fullmatch(r"turns\[(\d+)\]\.(\w+)", field or "") if turn is not None else None
+    match = re.fullmatch(r"turns\[(\d+)\]\.(\w+)", field or "") if example is not None else None
     if match:
-        attribute = "utterance" if match[2] == "text" else match[2]
-        field = f"turns[{turn}].dialogue_history[{match[1]}].{attribute}"
+        field = example.turn_field(int(match[1]), match[2])
     file = f"{path}: {error.file}" if error.file and error.file != str(path) else str(path)
     return type(error)(error.reason, file=file, record=error.record, field=field)
 
@@ -120,18 +90,16 @@ def _remove_new(folder: Path, before: Optional[set]) -> None:
 
 
 def respond(args: argparse.Namespace) -> int:
-    from .data.readers import avamerg_dialogue
+    from .data.readers import read_example
 
     path = args.conversation_file
-    conversation = _load_conversation(path, args.conversation)
     try:
-        dialogue = avamerg_dialogue(conversation, turn=args.turn, media_root=args.media_root)
+        example = read_example(path, args.conversation, args.turn, format=args.format, media_root=args.media_root)
     except DataError as error:
         raise _in_conversation(error, path) from None
-    except (ValueError, IndexError) as error:
-        raise SystemExit(f"error: {path}: {error}")
-    position = args.turn % len(conversation["turns"])
+    dialogue = example.dialogue
     # Everything that can be checked without the model is, before minutes of loading.
+    decoding = decoding_from_args(args)
     _writable_folder(args.out)
     check_device(args.device)
     start = time.perf_counter()
@@ -140,12 +108,12 @@ def respond(args: argparse.Namespace) -> int:
     writing = WritingProgress()
     try:
         response = model.respond(dialogue, max_new_tokens=args.max_new_tokens, speak=args.speak, animate=args.animate,
-                                 progress=writing)
+                                 progress=writing, **decoding.kwargs())
     except DataError as error:
         if error.record != dialogue.id:
             raise  # not about the conversation: a remembered avatar's file, say
         # A media file that does not decode, a turn too long for the prompt.
-        raise _in_conversation(error, path, position) from None
+        raise _in_conversation(error, path, example) from None
     finally:
         writing.done()
     if response.dropped_turns:
@@ -159,7 +127,9 @@ def respond(args: argparse.Namespace) -> int:
         raise
     progress(f"wrote {out / 'response.json'} in {time.perf_counter() - start:.1f}s")
     print(json.dumps({"text": response.text, "chain_emotion": response.chain.speaker_emotion,
-                      "emotion": response.emotion.label}, ensure_ascii=False))
+                      "emotion": response.emotion.label,
+                      "profile": {name: prediction.label for name, prediction in response.profile.items()}},
+                     ensure_ascii=False))
     return 0
 
 
@@ -205,10 +175,11 @@ def chat(args: argparse.Namespace) -> int:
     from .serve.chat import Chat, find_player
 
     speak = args.speak or args.animate
+    decoding = decoding_from_args(args)
     model = _warm_model(args, speak=speak)
     player = None if args.no_play or not speak or not sys.stdout.isatty() else find_player()
     session = Chat(model, args.out, speak=speak, animate=args.animate, player=player, max_new_tokens=args.max_new_tokens,
-                   user=args.user)
+                   user=args.user, decoding=decoding)
     return session.run(sys.stdin)
 
 
@@ -251,7 +222,8 @@ def _load_extractors(specs: List[str]) -> list:
         try:
             factory = getattr(importlib.import_module(module_name), name)
         except (ImportError, AttributeError) as error:
-            raise SystemExit(f"error: --extractor {spec!r}: {error}")
+            raise SystemExit(f"error: --extractor {spec!r}: {error}; for the gold features of a model's own "
+                             "generators use --generators-of PRESET_OR_MODEL_DIR (e.g. --generators-of small)")
         made = factory() if callable(factory) and not hasattr(factory, "fingerprint") else factory
         extractors.extend(made if isinstance(made, (list, tuple)) else [made])
     return extractors
@@ -483,15 +455,26 @@ def model_arguments(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="empatheia", description="Multimodal empathetic response generation.")
     commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("respond", help="answer one turn of an AvaMERG-format conversation")
-    p.add_argument("conversation_file", type=Path, metavar="CONVERSATION.json")
-    p.add_argument("--conversation", help="conversation_id to pick when the file holds several")
-    p.add_argument("--turn", type=int, default=-1, help="index into the conversation's turns (default: last)")
-    p.add_argument("--media-root", type=Path, help="folder of dia{id}utt{index}_{avatar}.wav/.mp4 files")
+    from .data.readers import FORMATS
+
+    p = commands.add_parser("respond", help="answer one turn of a conversation in any format `data check` reads")
+    p.add_argument("conversation_file", type=Path, metavar="FILE",
+                   help="AvaMERG JSON (a conversation or a list of them), avatar JSONL or EmpatheticDialogues JSONL")
+    p.add_argument("--format", default="auto", choices=["auto", *FORMATS], help="the file's format (default: told from it)")
+    p.add_argument("--conversation", metavar="ID",
+                   help="the conversation to answer when the file holds several: AvaMERG conversation_id, "
+                        "EmpatheticDialogues conv_id, avatar JSONL id (a whole id picks that line; 'c' picks the lines 'c/...')")
+    p.add_argument("--turn", type=int, default=-1, metavar="N",
+                   help="which of the conversation's examples (AvaMERG: its turns; EmpatheticDialogues: its listener "
+                        "utterances or lines; avatar JSONL: its lines), 0-based; default -1, the last")
+    p.add_argument("--media-root", type=Path,
+                   help="folder of the media: AvaMERG's dia{id}utt{index}_{avatar}.wav/.mp4 files; avatar JSONL paths "
+                        "are relative to it (default: the file's folder)")
     model_arguments(p)
     p.add_argument("--speak", action="store_true", help="also write the spoken answer, response.wav")
     p.add_argument("--animate", action="store_true", help="also write the talking head, response.mp4 (speaks too)")
     p.add_argument("--out", type=Path, required=True, help="directory for response.json (and .wav, .mp4)")
+    add_decoding_arguments(p.add_argument_group("decoding"))
     p.set_defaults(run=respond)
 
     p = commands.add_parser("serve", help="a web page and an HTTP API to talk to the avatar, the model kept loaded")
@@ -514,6 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("chat_output"), help="folder of the turns' files (turn-<n>/)")
     p.add_argument("--user", default=None,
                    help="who is talking: with --system e3rg and --memory, their earlier turns are recalled in later sessions")
+    add_decoding_arguments(p.add_argument_group("decoding"))
     p.set_defaults(run=chat)
 
     data = commands.add_parser("data", help="check datasets and extract gold features").add_subparsers(

@@ -23,6 +23,7 @@ Reading and overriding configs: :mod:`empatheia.config_loader`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
@@ -172,6 +173,12 @@ class LanguageModelConfig:
     """Longest prompt + target, in tokens."""
     max_new_tokens: int = 256
     """Default generation budget of ``respond``."""
+    no_repeat_ngram_size: int = 0
+    """Default of ``respond``'s ``no_repeat_ngram_size``: the reply (after the chain) never
+    repeats a run of this many tokens; 0 is off (:mod:`empatheia.decoding`)."""
+    repetition_penalty: float = 1.0
+    """Default of ``respond``'s ``repetition_penalty``: the scores of tokens the reply
+    already holds are divided by it (> 1 discourages repeats); 1 is off."""
     chain_emotions: Optional[List[str]] = None
     """The labels the Chain of Empathy's emotion step was trained to write (e.g.
     EmpatheticDialogues' 32). When set, ``respond`` reports their probabilities at that
@@ -182,6 +189,26 @@ class LanguageModelConfig:
     """Load the pretrained base weights in 4 bits (NF4 with double quantization, float16
     compute) and train LoRA over them: QLoRA, as the early-fusion paper did. It needs a
     CUDA GPU and ``bitsandbytes``."""
+
+    def __post_init__(self):
+        try:
+            check_no_repeat_ngram_size(self.no_repeat_ngram_size)
+            check_repetition_penalty(self.repetition_penalty)
+        except ValueError as error:
+            raise ValueError(f"language_model.{error}") from None
+
+
+def check_no_repeat_ngram_size(value: Any) -> None:
+    """A ``ValueError`` unless ``value`` is a whole number >= 0 (what
+    :class:`~empatheia.decoding.Decoding` checks too)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"no_repeat_ngram_size must be a whole number >= 0 (0: off), got {value!r}")
+
+
+def check_repetition_penalty(value: Any) -> None:
+    """A ``ValueError`` unless ``value`` is a finite positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"repetition_penalty must be a positive number (1: off), got {value!r}")
 
 
 @dataclass
@@ -259,6 +286,9 @@ class StyleDisentanglerConfig(TransformerVAEConfig):
     fine-tuned with wrote it (:class:`~empatheia.labels.LabelSets`); kept here so that a
     saved model reads its dataset's labels without the labels file. ``None``: the
     built-in fold."""
+    emotion_fold_replace: bool = False
+    """Read free-text emotions through ``emotion_fold`` alone; by default it extends the
+    built-in fold (:class:`~empatheia.labels.LabelSets`)."""
 
 
 @dataclass

@@ -25,6 +25,10 @@ the published numbers were measured on.
 A label that is not in the fold is an error that names it; nothing falls back to a
 default class. ``neutral`` has no class among the seven and is therefore unknown.
 
+A dataset with classes of its own maps onto them with its own ``emotion_fold``, which
+extends this one (:class:`LabelSets`): ``{fear: stressed}`` also takes in ``anxious``,
+``afraid`` and every other label this fold sends to ``fear``.
+
 This module imports nothing else of the package, so every layer can read it.
 """
 
@@ -129,17 +133,29 @@ def fold_emotion(label: str, fold: Optional[Mapping[str, str]] = None) -> str:
     ``fold`` replaces :data:`EMOTION_FOLD` (keys normalised the same way). Raises
     :class:`UnknownEmotionError` naming the label when it is not in the fold.
     """
-    if not isinstance(label, str):
-        raise UnknownEmotionError(f"emotion label must be a string, got {type(label).__name__} {label!r}")
+    _check_is_text(label)
     table = EMOTION_FOLD if fold is None else {normalize_label(k): v for k, v in fold.items()}
     key = normalize_label(label)
     if key not in table:
-        raise UnknownEmotionError(
-            f"unknown emotion {label!r}: it is not in the emotion fold (known: the 32 "
-            "EmpatheticDialogues labels, the class names and their variants; see "
-            "empatheia.labels.EMOTION_FOLD, or pass your own label sets)"
+        known = (
+            "the 32 EmpatheticDialogues labels, the class names and their variants; see "
+            "empatheia.labels.EMOTION_FOLD, or pass your own label sets"
+            if fold is None else f"the fold's keys {_shortened(table)}"
         )
+        raise UnknownEmotionError(f"unknown emotion {label!r}: it is not in the emotion fold (known: {known})")
     return table[key]
+
+
+def _check_is_text(label: object) -> None:
+    if not isinstance(label, str):
+        raise UnknownEmotionError(f"emotion label must be a string, got {type(label).__name__} {label!r}")
+
+
+def _shortened(names, limit: int = 12) -> str:
+    """``[a, b, ...]`` of at most ``limit`` names, then how many more there are."""
+    names = list(dict.fromkeys(names))
+    shown = ", ".join(repr(name) for name in names[:limit])
+    return f"[{shown}, ... and {len(names) - limit} more]" if len(names) > limit else f"[{shown}]"
 
 
 def _key(value: str) -> str:
@@ -151,9 +167,15 @@ def _key(value: str) -> str:
 class LabelSets:
     """The classes a model predicts, and how a dataset's free-text labels map onto them.
 
-    ``emotion_fold`` maps free-text emotions to classes; ``None`` means: the AvaMERG
-    :data:`EMOTION_FOLD` when ``emotions`` are the AvaMERG classes, otherwise the class
-    names only.
+    A free-text emotion is looked up among the ``emotions`` themselves and in
+    ``emotion_fold`` first. Any other label goes through the built-in :data:`EMOTION_FOLD`
+    (EmpatheticDialogues' 32 labels and their variants onto AvaMERG's 7 classes), and the
+    class it gives is then looked up the same way: with ``emotion_fold: {fear: stressed}``,
+    ``anxious``, ``afraid`` and ``terrified`` are ``stressed`` too. So a dataset's fold
+    extends the built-in one, and ``LabelSets()`` (the AvaMERG classes, no fold of its own)
+    is the built-in fold itself. With ``emotion_fold_replace`` the dataset's fold is the
+    only one. A label that reaches none of the ``emotions`` is unknown
+    (:class:`UnknownEmotionError`, naming what these label sets know), never a default.
     """
 
     emotions: List[str] = field(default_factory=lambda: list(EMOTION_LABELS))
@@ -161,18 +183,20 @@ class LabelSets:
         default_factory=lambda: {"age": list(AGE_LABELS), "gender": list(GENDER_LABELS), "timbre": list(TIMBRE_LABELS)}
     )
     emotion_fold: Optional[Dict[str, str]] = None
+    emotion_fold_replace: bool = False
+    """Use ``emotion_fold`` alone, without the built-in fold behind it."""
 
     def __post_init__(self):
         if not self.emotions:
             raise ValueError("label sets need at least one emotion")
-        fold = self.emotion_fold
-        if fold is None:
-            fold = dict(EMOTION_FOLD) if list(self.emotions) == list(EMOTION_LABELS) else {}
-        fold = {**{normalize_label(k): v for k, v in fold.items()}, **{normalize_label(e): e for e in self.emotions}}
-        stray = sorted({v for v in fold.values() if v not in self.emotions})
+        if not isinstance(self.emotion_fold_replace, bool):
+            raise ValueError(f"emotion_fold_replace must be true or false, got {self.emotion_fold_replace!r}")
+        own = {normalize_label(k): v for k, v in (self.emotion_fold or {}).items()}
+        stray = sorted({v for v in own.values() if v not in self.emotions})
         if stray:
             raise ValueError(f"emotion_fold maps onto {stray}, which are not among the emotions {list(self.emotions)}")
-        self._fold = fold
+        # The dataset's own names win over its fold's keys, which win over the built-in fold.
+        self._fold = {**own, **{normalize_label(e): e for e in self.emotions}}
         self._emotion_index = {e: i for i, e in enumerate(self.emotions)}
         self._profile_index = {
             attr: {_key(v): i for i, v in enumerate(values)} for attr, values in self.profile.items()
@@ -180,8 +204,8 @@ class LabelSets:
 
     @classmethod
     def from_yaml(cls, path: "Union[str, Path]") -> "LabelSets":
-        """Label sets from a YAML file with ``emotions``, ``profile`` and ``emotion_fold``;
-        a problem is a ``ValueError`` naming the file."""
+        """Label sets from a YAML file with ``emotions``, ``profile``, ``emotion_fold`` and
+        ``emotion_fold_replace``; a problem is a ``ValueError`` naming the file."""
         import yaml
 
         path = Path(path)
@@ -189,25 +213,57 @@ class LabelSets:
             data = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as error:
             raise ValueError(f"{path}: cannot read label sets: {error}") from None
+        keys = ("emotions", "profile", "emotion_fold", "emotion_fold_replace")
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping with emotions, profile and emotion_fold")
-        unknown = sorted(set(data) - {"emotions", "profile", "emotion_fold"})
+            raise ValueError(f"{path}: expected a mapping with {', '.join(keys)}")
+        unknown = sorted(set(data) - set(keys))
         if unknown:
-            raise ValueError(f"{path}: unknown keys {unknown} (known: emotions, profile, emotion_fold)")
+            raise ValueError(f"{path}: unknown keys {unknown} (known: {', '.join(keys)})")
         try:
             return cls(**data)
         except (TypeError, ValueError) as error:
             raise ValueError(f"{path}: {error}") from None
 
     @classmethod
-    def from_config(cls, config: Any, emotion_fold: Optional[Mapping[str, str]] = None) -> "LabelSets":
+    def from_config(
+        cls, config: Any, emotion_fold: Optional[Mapping[str, str]] = None, emotion_fold_replace: bool = False
+    ) -> "LabelSets":
         """The classes of a :class:`~empatheia.config.StyleDisentanglerConfig` (anything with
-        ``emotion_labels`` and ``profile_labels``)."""
-        return cls(list(config.emotion_labels), {k: list(v) for k, v in config.profile_labels.items()}, dict(emotion_fold) if emotion_fold else None)
+        ``emotion_labels`` and ``profile_labels``), read through ``emotion_fold``."""
+        return cls(
+            list(config.emotion_labels),
+            {k: list(v) for k, v in config.profile_labels.items()},
+            dict(emotion_fold) if emotion_fold else None,
+            emotion_fold_replace,
+        )
 
     def emotion_class(self, label: str) -> str:
-        """The class of a free-text emotion; ``UnknownEmotionError`` names an unknown one."""
-        return fold_emotion(label, self._fold)
+        """The class of a free-text emotion; ``UnknownEmotionError`` names an unknown one
+        and what these label sets know."""
+        _check_is_text(label)
+        key = normalize_label(label)
+        if key in self._fold:
+            return self._fold[key]
+        if not self.emotion_fold_replace and key in EMOTION_FOLD:
+            folded = normalize_label(EMOTION_FOLD[key])
+            if folded in self._fold:
+                return self._fold[folded]
+        raise UnknownEmotionError(f"unknown emotion {label!r}: {self._known()}")
+
+    def _known(self) -> str:
+        """What an unknown emotion's error says these label sets read, and the fix."""
+        names = {normalize_label(e) for e in self.emotions}
+        own = [k for k in self._fold if k not in names]
+        known = f"the emotions {_shortened(self.emotions)}" + (f" and the emotion_fold's keys {_shortened(own)}" if own else "")
+        fix = "map it to one of the emotions in the labels file's emotion_fold"
+        if self.emotion_fold_replace:
+            return f"these label sets know {known} (emotion_fold_replace: only those); {fix}"
+        taken = sorted({c for c in EMOTION_FOLD.values() if c in self._fold})
+        through = (
+            f", and the labels the built-in fold (empatheia.labels.EMOTION_FOLD) sends to {taken}" if taken
+            else "; the built-in fold (empatheia.labels.EMOTION_FOLD) reaches none of them"
+        )
+        return f"these label sets know {known}{through}; {fix}"
 
     def emotion_index(self, label: str) -> int:
         return self._emotion_index[self.emotion_class(label)]

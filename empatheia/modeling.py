@@ -16,7 +16,8 @@ from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from .config import EmpatheiaConfig
-from .config_loader import read_yaml_mapping
+from .config_loader import ConfigError, read_yaml_mapping
+from .decoding import Decoding
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
@@ -34,6 +35,7 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
+from .logits_processors import ReplyRepetitionControl, SeededSampling, reply_markers
 from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
@@ -234,7 +236,8 @@ class Empatheia(nn.Module, Responder):
     # ================================================================== labels
     def label_sets(self) -> LabelSets:
         """The classes the Style Disentangler's classifiers predict."""
-        return LabelSets.from_config(self.config.style_disentangler, self.config.style_disentangler.emotion_fold)
+        sd = self.config.style_disentangler
+        return LabelSets.from_config(sd, sd.emotion_fold, sd.emotion_fold_replace)
 
     def set_label_sets(self, labels: LabelSets) -> "Empatheia":
         """Classify a new dataset's emotions and profile attributes (downstream
@@ -281,6 +284,7 @@ class Empatheia(nn.Module, Responder):
         self.config.style_disentangler.emotion_labels = list(labels.emotions)
         self.config.style_disentangler.profile_labels = {k: list(v) for k, v in labels.profile.items()}
         self.config.style_disentangler.emotion_fold = dict(labels.emotion_fold) if labels.emotion_fold is not None else None
+        self.config.style_disentangler.emotion_fold_replace = labels.emotion_fold_replace
         if self.stage is not None:
             self.set_stage(self.stage)
         return self
@@ -540,15 +544,19 @@ class Empatheia(nn.Module, Responder):
     def style_losses(self, style: StyleOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Eq. 10 (squared distance per modality, summed over features, averaged over the
         items that have style targets: all, unless ``style_target_mask`` ``(B,)`` says
-        otherwise) and eq. 11 (cross-entropy of the emotion and of each profile attribute,
-        summed)."""
+        otherwise) and eq. 11 (cross-entropy of the emotion and of each profile attribute
+        the batch labels, summed). A batch labelling an attribute the classifiers do not
+        have is a ``ConfigError``: its label sets are not the model's."""
         rows = batch.get("style_target_mask")
         sal_speech = _squared_distance(style.speech_style, batch["speech_style_target"], rows, "speech_style")
         sal_video = _squared_distance(style.video_style, batch["video_style_target"], rows, "video_style")
         terms = {"loss_sal_speech": sal_speech, "loss_sal_video": sal_video, "loss_sal": sal_speech + sal_video}
         cls = _cross_entropy(style.emotion_logits, batch["emotion_label"])
         terms["loss_cls_emotion"] = cls
+        _check_profile_labels(batch, style.profile_logits)
         for name, logits in style.profile_logits.items():
+            if f"{name}_label" not in batch:
+                continue  # the data's label sets have no such attribute: nothing to learn for it
             term = _cross_entropy(logits, batch[f"{name}_label"])
             terms[f"loss_cls_{name}"] = term
             cls = cls + term
@@ -593,9 +601,7 @@ class Empatheia(nn.Module, Responder):
         items: Sequence[Dialogue],
         mode: PromptMode = PromptMode.FULL,
         max_new_tokens: Optional[int] = None,
-        do_sample: bool = False,
-        temperature: float = 0.7,
-        top_p: float = 0.9,
+        decoding: Optional[Decoding] = None,
         reserve_signals: bool = True,
         score_steps: int = 0,
         prefix: Optional[torch.Tensor] = None,
@@ -606,8 +612,15 @@ class Empatheia(nn.Module, Responder):
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
         signal tokens. The logits ``(B, V)`` of the first ``score_steps`` generated steps
-        are kept too (only those: every step's would hold ``steps x B x V`` floats). ``reserve_signals`` keeps room in ``max_length`` for the signal tokens a
-        second pass appends.
+        are kept too (only those: every step's would hold ``steps x B x V`` floats), as the
+        model gave them, before any decoding setting changed them. ``reserve_signals``
+        keeps room in ``max_length`` for the signal tokens a second pass appends.
+
+        ``decoding`` (default: greedy with the config's repetition control) says how tokens
+        are picked (:class:`~empatheia.decoding.Decoding`); its repetition control reaches
+        only the reply, after the lead-in ``mode`` writes before it
+        (:func:`~empatheia.logits_processors.reply_markers`), and never the end of text or
+        the signal tokens.
 
         The variants of :mod:`empatheia.variants.prefix` give ``prefix`` ``(B, k, H)``,
         virtual tokens read before each prompt (kept free in ``max_length`` too), and
@@ -633,9 +646,9 @@ class Empatheia(nn.Module, Responder):
             attention_mask = torch.cat([attention_mask.new_ones(prefix.shape[:2]), attention_mask], dim=1)
         if keep_cache and prefix is not None:
             raise ValueError("keep_cache is for prompts without a prefix")
-        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p) if do_sample else dict(do_sample=False)
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
-        processors = [p for p in (recorder, _StepCounter(progress) if progress is not None else None) if p is not None]
+        processors = [p for p in (recorder, *self._decoding_processors(mode, decoding),
+                                  _StepCounter(progress) if progress is not None else None) if p is not None]
         states: List[torch.Tensor] = []
         hook = self._hf_model().base_model.register_forward_hook(
             lambda module, inputs, output: states.append(output[0])) if keep_cache else None
@@ -650,7 +663,9 @@ class Empatheia(nn.Module, Responder):
                 pad_token_id=self.token_ids.pad,
                 logits_processor=LogitsProcessorList(processors) if processors else None,
                 return_dict_in_generate=True,
-                **sampling,
+                # Sampling, when asked, is a processor's (SeededSampling), which leaves one
+                # token standing: greedy selection then takes it.
+                do_sample=False,
             )
         finally:
             if hook is not None:
@@ -669,6 +684,25 @@ class Empatheia(nn.Module, Responder):
             )
         return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None,
                              cache)
+
+    def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding]) -> List[LogitsProcessor]:
+        """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
+        generation in layout ``mode``: the reply's repetition control, then sampling."""
+        if decoding is not None and not isinstance(decoding, Decoding):
+            raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
+        decoding = (decoding or Decoding()).resolved(self.config.language_model)
+        processors: List[LogitsProcessor] = []
+        if decoding.controls_repetition:
+            markers = reply_markers(self.tokenizer, mode)
+            if markers:
+                ids = self.token_ids
+                processors.append(ReplyRepetitionControl(
+                    markers, decoding.no_repeat_ngram_size, decoding.repetition_penalty,
+                    protected=[ids.eos, *ids.audio_signals, *ids.video_signals],
+                ))
+        if decoding.do_sample:
+            processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed))
+        return processors
 
     def answer_hidden_states(self, batch: Dict[str, torch.Tensor], written: GeneratedText) -> torch.Tensor:
         """The language model's last hidden states ``(B, L, H)`` of ``batch`` (right-padded
@@ -732,7 +766,7 @@ class Empatheia(nn.Module, Responder):
     def _network(self) -> nn.Module:
         return self
 
-    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak, progress=None):
+    def _answer(self, items, max_new_tokens, decoding, speech_lengths, speak, progress=None):
         """The language model writes the Chain of Empathy and the response (with the
         adapter merged, :meth:`merge_adapter`, unless training); then the 32 signal tokens
         run through it on top of the generation's cache (:meth:`answer_hidden_states`), and
@@ -752,8 +786,8 @@ class Empatheia(nn.Module, Responder):
         device = self.device
         if not self.training:
             self.merge_adapter()
-        written = self.generate_text(items, PromptMode.FULL, max_new_tokens, do_sample, temperature, top_p,
-                                     keep_cache=True, progress=progress)
+        written = self.generate_text(items, PromptMode.FULL, max_new_tokens, decoding, keep_cache=True,
+                                     progress=progress)
         prompts, texts = written.prompts, written.texts
         parsed = [parse_chain(text) for text in texts]
 
@@ -1017,6 +1051,19 @@ def _squared_distance(pred: torch.Tensor, target: torch.Tensor, mask: Optional[t
     mask = mask[:, : pred.shape[1]].to(pred.dtype)
     target = target[:, : pred.shape[1]]
     return (((pred - target) ** 2).sum(-1) * mask).sum() / mask.sum().clamp(min=1)
+
+
+def _check_profile_labels(batch: Dict[str, torch.Tensor], classifiers: Dict[str, torch.Tensor]) -> None:
+    """A batch labelling a profile attribute that no classifier predicts was built with other
+    label sets than the model's: say so rather than train on without those labels."""
+    labelled = [key[: -len("_label")] for key in batch if key.endswith("_label") and key != "emotion_label"]
+    unknown = [name for name in labelled if name not in classifiers]
+    if unknown:
+        raise ConfigError(
+            f"the batch has labels of profile attribute(s) {unknown}, which the Style Disentangler does not classify "
+            f"(it classifies {sorted(classifiers)}): give the model the data's label sets first with "
+            "model.set_label_sets(labels), as the training recipe does when data.labels is set"
+        )
 
 
 def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

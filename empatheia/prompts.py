@@ -133,8 +133,18 @@ def chain_text(chain: Optional[ChainOfEmpathy]) -> str:
     return "\n".join(lines + [lead])
 
 
+def chain_is_complete(chain: Optional[ChainOfEmpathy]) -> bool:
+    """Whether ``chain`` names all four steps of the paper's chain, each non-empty (what
+    ``chain_complete_share`` counts: a model trained on two-step targets writes only the
+    event and the emotion)."""
+    return chain is not None and all(str(getattr(chain, name) or "").strip() for name, _ in CHAIN_STEPS)
+
+
+# A step label at the start of a line, after an ordinal or not ("Thirdly, "). Its colon may
+# be missing: the shipped small weights sometimes write "the emotion of the speaker is
+# surprised", which would otherwise end up inside the event step.
 _LABEL_PATTERN = re.compile(
-    r"(?:^|\n)\s*(?:\w+,\s*)?(" + "|".join(re.escape(label) for _, label in CHAIN_STEPS) + "|" + re.escape(RESPONSE_LABEL) + r")\s*:",
+    r"(?:^|\n)\s*(?:\w+,\s*)?(" + "|".join(re.escape(label) for _, label in CHAIN_STEPS) + "|" + re.escape(RESPONSE_LABEL) + r")\b\s*:?",
     re.IGNORECASE,
 )
 

@@ -14,30 +14,41 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .decoding import Decoding
 from .dialogue import Dialogue
 from .response import EmpatheticResponse
 
 
 class Responder:
     """``respond`` and ``respond_in_stages`` over what a system defines: ``_answer``,
-    ``_network`` (the module put in eval mode while answering), ``generators`` and
-    ``avatars``."""
+    ``_network`` (the module put in eval mode while answering), ``label_sets``,
+    ``generators`` and ``avatars``."""
 
     passes_content = True
     """Whether the answer's content features (C^s, C^v) drive the generators; without
     them the speech generator reads the text alone and the talking head follows that
     speech."""
 
-    def _answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], do_sample: bool, temperature: float,
-                top_p: float, speech_lengths: Optional[Sequence[int]], speak: bool,
+    def _answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], decoding: Decoding,
+                speech_lengths: Optional[Sequence[int]], speak: bool,
                 progress: Optional[Callable[[int], None]] = None) -> List[EmpatheticResponse]:
         """Each dialogue's text, chain, emotions and generator features, without speech
-        or video (``speak`` says whether they will be spoken; ``progress`` is called with
-        the number of tokens written so far)."""
+        or video, written with ``decoding`` (``speak`` says whether they will be spoken;
+        ``progress`` is called with the number of tokens written so far)."""
         raise NotImplementedError
 
     def _network(self) -> torch.nn.Module:
         raise NotImplementedError
+
+    def label_sets(self):
+        """The :class:`~empatheia.labels.LabelSets` of the system's emotion and profile classes."""
+        raise NotImplementedError
+
+    def _give_label_sets(self, responses: Sequence[EmpatheticResponse]) -> None:
+        # A response reads its chain's emotion with the fold of the classes it was given in.
+        labels = self.label_sets()
+        for response in responses:
+            response.label_sets = labels
 
     def _avatar_for(self, dialogue: Dialogue, response: EmpatheticResponse):
         """Who speaks the answer: the listener's avatar of the dialogue."""
@@ -55,9 +66,19 @@ class Responder:
         speak: bool = False,
         animate: bool = False,
         progress: Optional[Callable[[int], None]] = None,
+        seed: Optional[int] = None,
+        no_repeat_ngram_size: Optional[int] = None,
+        repetition_penalty: Optional[float] = None,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
         """Answer one dialogue or a batch of them: the text, the Chain of Empathy, the
         emotions and the generator features of each (how, the system's class says).
+
+        Greedy by default; ``do_sample`` draws each token at ``temperature`` from the
+        top-``top_p`` mass, reproducibly for a given ``seed`` (the same dialogues batched
+        alike give the same answers; the global RNG is neither read nor moved).
+        ``no_repeat_ngram_size`` and ``repetition_penalty`` keep the reply, not the
+        chain, from repeating itself (``None``: the config's ``language_model`` values).
+        See :class:`~empatheia.decoding.Decoding`.
 
         ``speech_lengths`` gives the content lengths per dialogue (rows of C^s and C^v;
         by default the speech generator decides them). With ``speak`` the speech
@@ -71,15 +92,16 @@ class Responder:
         items = [dialogues] if single else list(dialogues)
         if not items:
             return []
+        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty)
         speak = speak or animate
         network = self._network()
         was_training = network.training
         network.eval()
         try:
-            responses = self._answer(items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak,
-                                     progress)
+            responses = self._answer(items, max_new_tokens, decoding, speech_lengths, speak, progress)
         finally:
             network.train(was_training)
+        self._give_label_sets(responses)
         for dialogue, response in zip(items, responses) if speak else ():
             avatar = self._avatar_for(dialogue, response)
             self._speak(response, avatar)
@@ -95,9 +117,15 @@ class Responder:
         animate: bool = False,
         avatar=None,
         progress: Optional[Callable[[int], None]] = None,
+        do_sample: bool = False,
+        temperature: float = 0.7,
+        top_p: float = 0.9,
+        seed: Optional[int] = None,
+        no_repeat_ngram_size: Optional[int] = None,
+        repetition_penalty: Optional[float] = None,
     ) -> Iterator[Tuple[str, EmpatheticResponse]]:
-        """Answer one dialogue as :meth:`respond` does (greedy), handing the answer over
-        as each part becomes ready: ``("text", response)`` with the text, the Chain of
+        """Answer one dialogue as :meth:`respond` does, handing the answer over as each
+        part becomes ready: ``("text", response)`` with the text, the Chain of
         Empathy and the emotions; then, with ``speak``, ``("speech", response)`` with
         ``response.audio``; then, with ``animate``, ``("video", response)`` with
         ``response.video``. It is the same object each time, filled in further, so a
@@ -105,9 +133,10 @@ class Responder:
 
         ``avatar`` (an :class:`empatheia.generators.base.Avatar`) speaks instead of the
         listener's avatar from ``avatars()``: one that a caller keeps for itself, such
-        as a portrait a user uploaded, never enters the shared registry. ``progress`` as
-        for :meth:`respond`.
+        as a portrait a user uploaded, never enters the shared registry. ``progress`` and
+        the decoding options (greedy by default) as for :meth:`respond`.
         """
+        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty)
         speak = speak or animate
         network = self._network()
         was_training = network.training
@@ -116,9 +145,10 @@ class Responder:
         # caller runs its own code between them.
         try:
             with torch.no_grad():
-                (response,) = self._answer([dialogue], max_new_tokens, False, 1.0, 1.0, None, speak, progress)
+                (response,) = self._answer([dialogue], max_new_tokens, decoding, None, speak, progress)
         finally:
             network.train(was_training)
+        self._give_label_sets([response])
         yield "text", response
         if not speak:
             return

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from empatheia.generators.base import VideoFrames, Waveform
 
     from .dialogue import Dialogue
+    from .labels import LabelSets
 
 
 @dataclass
@@ -84,16 +85,22 @@ class EmpatheticResponse:
     dropped_turns: int = 0
     """How many of the dialogue's oldest turns were left out so that the prompt fits
     ``language_model.max_length`` (0: the answer read them all)."""
+    label_sets: Optional["LabelSets"] = None
+    """The label sets of the system that answered (``respond`` sets them): their fold reads
+    the chain's emotion in :meth:`style_agreement` (``None``: AvaMERG's)."""
 
     def style_agreement(self) -> Optional[str]:
         """A sentence saying how the Style Disentangler's emotion, which styles the voice
         and the face, relates to the Chain of Empathy's, or ``None`` when the chain names
-        no emotion of the fold."""
+        no emotion that :attr:`label_sets` fold onto their classes."""
         from .labels import UnknownEmotionError, fold_emotion
 
         named = self.chain_emotion.label if self.chain_emotion is not None else self.chain.speaker_emotion
+        # A model fine-tuned to its own classes reads the chain with its own fold: AvaMERG's
+        # would compare, say, 'worried' as fear with a class called 'stressed'.
+        fold = self.label_sets.emotion_class if self.label_sets is not None else fold_emotion
         try:
-            folded = fold_emotion(named) if named else None
+            folded = fold(named) if named else None
         except UnknownEmotionError:
             folded = None
         if folded is None:

@@ -19,6 +19,7 @@ import soundfile
 
 from empatheia.data import DataError, read_dataset
 from empatheia.labels import ED_EMOTIONS, EMOTION_FOLD, EMOTION_LABELS, LabelSets, UnknownEmotionError, fold_emotion, normalize_label
+from empatheia.prompts import chain_is_complete
 
 from .conftest import shared_data
 from .test_dialogue_and_media import TRAIN_CONVERSATION
@@ -327,15 +328,15 @@ def test_ed_conversations_give_one_example_per_listener_utterance(ed_corpus, ed_
     assert per_conversation == +Counter(expected)
 
 
-def test_ed_conversation_chain_has_scenario_and_emotion_only(ed_corpus, ed_rows):
+def test_ed_conversation_chain_names_all_four_steps(ed_corpus, ed_rows):
     first = ed_corpus[0]
     row = ed_rows[0]
     assert first.id == f"{row['conv_id']}/1" == "hit:3_conv:6/1"
     assert [t.text for t in first.turns] == row["utterances"][:1]
-    assert first.chain.event_scenario == row["situation"].strip()
+    # The situation told in the third person (the rules: tests/test_chain_targets.py).
+    assert first.chain.event_scenario == "The speaker had a tire burst in the middle of a busy road."
     assert first.chain.speaker_emotion == row["emotion"] == "terrified"
-    # ED has no cause or goal annotation, and none is made up
-    assert all(d.chain.emotion_cause is None and d.chain.goal_to_response is None for d in ed_corpus)
+    assert all(chain_is_complete(d.chain) for d in ed_corpus)
 
 
 def test_ed_response_examples_match_the_conversations(ed_corpus):

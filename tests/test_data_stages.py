@@ -279,19 +279,23 @@ def test_text_dialogues_train_the_classifiers_and_stay_out_of_the_feature_losses
         StageDataset(corpus, model.processor, 3, gold_features=store, text_dialogues=text)
 
 
-def test_ed_conversations_train_stage_one_without_invented_chain_steps(model):
+def test_ed_conversations_train_stage_one_on_the_whole_chain(model):
     corpus = read_dataset(shared_data("ed/ed_valid_conversations.jsonl"))
     assert corpus.format == "ed-conversations" and corpus.conversations == 2770
     dataset = StageDataset(corpus.dialogues[:4], model.processor, 1)
     batch = StageCollator(model.processor)([dataset[i] for i in range(4)])
     _, target = decode_parts(model, batch, 0)
     first = corpus[0]
+    # ED gives the situation and the emotion; the rules of empatheia.chain_targets build
+    # the four steps from them and the speaker's turns.
     assert target == (
-        f"Firstly, the event scenario of this conversation is: {first.context.strip()}\n"
+        f"Firstly, the event scenario of this conversation is: {first.chain.event_scenario}\n"
         f"Secondly, the emotion of the speaker is: terrified\n"
+        f"Thirdly, the emotion cause is: {first.chain.emotion_cause}\n"
+        f"Fourthly, the goal to response is: Alleviating the speaker's fear and offering reassurance.\n"
         f"Finally, the response is: {first.response}\n{SIGNALS}</s>"
     )
-    assert "emotion cause" not in target and "goal to response" not in target
+    assert first.chain.event_scenario != first.context.strip()
 
 
 def test_long_dialogue_drops_oldest_turns_and_never_cuts_the_target(model):

@@ -232,7 +232,9 @@ def test_checkpoint_run_resumes_without_predicting_twice(tmp_path, capsys):
     assert "5 example(s): 2 predicted by an earlier run, 3 now" in capsys.readouterr().err
     for p in predictions:
         assert isinstance(p["text"], str) and p["emotion"] in LabelSets().emotions
-        assert set(p) == {"id", "text", "emotion", "chain_emotion", "emotion_probabilities", "seconds"}
+        assert set(p) == {"id", "text", "emotion", "chain_emotion", "chain_of_empathy", "emotion_probabilities", "profile",
+                          "profile_probabilities", "seconds"}
+        assert set(p["profile"]) == set(LabelSets().profile) == set(p["profile_probabilities"])
         assert p["seconds"] >= 0
 
     references = read_jsonl(out / "references.jsonl")
@@ -285,7 +287,9 @@ def test_references_carry_the_speakers_age_and_gender(tmp_path):
     (reference,) = references_from_dialogues(read_dataset(data, labels=labels).dialogues, labels)
     assert reference == {"id": "demo/1", "response": "I hope she comes back soon.", "emotion": "fear",
                          "emotion_label": "worried", "history": ["My cat ran away."],
-                         "age": "middle-aged", "gender": "female"}
+                         "age": "middle-aged", "gender": "female",
+                         # The avatar's: what the profile predictions are scored against.
+                         "listener_profile": {"age": "elderly", "gender": "male", "timbre": "low"}}
 
 
 def test_references_name_the_gold_response_clip(tmp_path):

@@ -63,9 +63,11 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     assert first.response_audio.is_file() and first.response_video.is_file()
     assert first.listener_profile == pooled_profile("hit:1_conv:1", "listener")
     assert first.listener_profile["ID"].startswith("ed-listener-")
-    # The chain carries ED's situation and emotion, as stage 1's ED examples do, so the
-    # joint stage's targets keep the Chain of Empathy's emotion step.
-    assert (first.chain.event_scenario, first.chain.speaker_emotion) == ("I won a prize in the school raffle.", "joyful")
+    # The chain is stage 1's ED chain, all four steps built from the situation and the
+    # emotion, so the joint stage's targets keep every step of the Chain of Empathy.
+    assert (first.chain.event_scenario, first.chain.speaker_emotion) == ("The speaker won a prize in the school raffle.",
+                                                                         "joyful")
+    assert first.chain.goal_to_response == "Sharing the speaker's joy." and first.chain.emotion_cause
     assert corpus[1].chain.speaker_emotion == corpus[1].emotion == "devastated"
 
     # The listener answers joy with joy and grief softly: the rendered faces say so.

@@ -289,7 +289,11 @@ def test_a_stage_without_previous_output_says_so(tmp_path, avatar):
     with pytest.raises(ConfigError, match=r"stage1_coe does not exist; stage 2 starts from the previous stage's output"):
         recipe.run(config)
     (tmp_path / "runs" / "stage1_coe" / "checkpoint-5").mkdir(parents=True)
-    with pytest.raises(ConfigError, match=r"holds no trained model .* resume it with --resume"):
+    with pytest.raises(ConfigError, match=r"holds no trained model .* wrote no checkpoint, so there is nothing to resume"):
+        recipe.run(config)
+    (tmp_path / "runs" / "stage1_coe" / "checkpoint-5" / "trainer_state.json").write_text('{"step": 5}')
+    with pytest.raises(ConfigError, match=r"holds no trained model .* stopped at checkpoint-5 before finishing: "
+                                          r"continue it with `empatheia train .* --resume`"):
         recipe.run(config)
     with pytest.raises(ConfigError, match=r"model.init: stage 3 starts from the previous stage's output directory"):
         recipe.run(tiny_config(3, tmp_path / "run", train, gold=gold))

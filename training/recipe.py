@@ -2,11 +2,14 @@
 
     python -m empatheia.recipes.recipe --config configs/train/stage2_ccl.yaml [--set KEY=VALUE ...] [--resume]
 
-(``empatheia train CONFIG.yaml`` runs the same.) The config's ``stage`` says what trains
-and on which examples (:mod:`empatheia.stages`): stage 1 starts from ``model.preset``,
-every later stage from a trained model (``model.init``, the previous stage's output
-directory), and its ``final/`` is what the next stage or ``Empatheia.from_pretrained``
-reads. A config with ``data.labels`` (fine-tuning on your own avatar dataset,
+(``empatheia train CONFIG.yaml`` runs the same; a ``CONFIG.yaml`` that is not a file in the
+current folder names the config the package ships, ``configs/train/x.yaml`` its
+``train/x.yaml``.) The config's ``stage`` says what trains and on which examples
+(:mod:`empatheia.stages`): stage 1 starts from ``model.preset``, every later stage from a
+trained model (``model.init``: the previous stage's output directory, a saved model, or a
+preset's trained model by name), and its ``final/`` is what the next stage or
+``Empatheia.from_pretrained`` reads. A run that fails leaves ``failed.json`` in its
+``output_dir`` for the next stage to report. A config with ``data.labels`` (fine-tuning on your own avatar dataset,
 ``configs/train/finetune_avatar.yaml``) first resizes the Style Disentangler's classifiers
 to those classes: classes the model already knows keep their rows, new ones start fresh.
 """

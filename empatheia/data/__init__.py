@@ -30,8 +30,11 @@ _EXPORTS = {
     "extract_gold_features": ".gold_features",
     "FORMATS": ".readers",
     "DialogueCorpus": ".readers",
+    "PickedExample": ".readers",
+    "as_label_sets": ".readers",
     "avamerg_dialogue": ".readers",
     "read_dataset": ".readers",
+    "read_example": ".readers",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from .cache import MediaFeatureCache as MediaFeatureCache
     from .dataset import StageCollator as StageCollator, StageDataset as StageDataset, StageExample as StageExample, gold_feature_sources as gold_feature_sources
     from .gold_features import FeatureSource as FeatureSource, GoldFeatureExtractor as GoldFeatureExtractor, GoldFeatureStore as GoldFeatureStore, extract_gold_features as extract_gold_features
-    from .readers import FORMATS as FORMATS, DialogueCorpus as DialogueCorpus, avamerg_dialogue as avamerg_dialogue, read_dataset as read_dataset
+    from .readers import FORMATS as FORMATS, DialogueCorpus as DialogueCorpus, PickedExample as PickedExample, as_label_sets as as_label_sets, avamerg_dialogue as avamerg_dialogue, read_dataset as read_dataset, read_example as read_example
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, globals(), _EXPORTS)

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple, Union
 from ..config import MediaLimits, SpeechEncoderConfig, VideoEncoderConfig
 from ..errors import DataError, SkippedSample
 from ..labels import LabelSets
-from .readers import read_dataset
+from .readers import LabelsLike, as_label_sets, read_dataset
 
 
 @dataclass
@@ -89,7 +89,7 @@ def check_dataset(
     path: Union[str, Path],
     media_root: Optional[Union[str, Path]] = None,
     format: str = "auto",
-    labels: Optional[LabelSets] = None,
+    labels: Optional[LabelsLike] = None,
     decode_media: bool = False,
     speech: Optional[SpeechEncoderConfig] = None,
     video: Optional[VideoEncoderConfig] = None,
@@ -105,8 +105,10 @@ def check_dataset(
     a problem too, found from its header without decoding it; with ``limits.trim`` it is
     decoded up to the limit instead, as training with ``media.trim`` would.
     A file that cannot be read at all (not JSON, unknown format) raises ``DataError``.
+    ``labels`` (label sets or a labels YAML path; default AvaMERG's) are the classes the
+    labels are checked against and counted in.
     """
-    labels = labels or LabelSets()
+    labels = as_label_sets(labels) or LabelSets()
     corpus = read_dataset(path, format=format, media_root=media_root, labels=labels, require_media=False, on_error="skip")
     report = DatasetReport(
         path=corpus.path,

@@ -36,6 +36,7 @@ from ..processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Targe
 from ..prompts import PromptMode
 from ..stages import CONTENT_FEATURES, STYLE_FEATURES, Stage, get_stage
 from ..errors import DataError, SkippedSample, skipped_or_raised
+from .readers import LabelsLike, as_label_sets
 
 if TYPE_CHECKING:
     from .cache import MediaFeatureCache
@@ -87,7 +88,8 @@ class StageDataset(Dataset):
         processor: the model's :class:`~empatheia.processing.EmpatheiaProcessor`.
         stage: 1-4 (or the :class:`~empatheia.stages.Stage`).
         gold_features: the store of gold generator features (stages 2-4).
-        labels: label sets (default: the model config's).
+        labels: label sets, or the path of a labels YAML file (default: the model
+            config's).
         media_cache: encoder outputs cached on disk; cached files are not read again.
         on_error: ``"raise"`` on a bad example, or ``"skip"`` it: it comes back as a
             :class:`~empatheia.errors.SkippedSample` that :class:`StageCollator`
@@ -106,7 +108,7 @@ class StageDataset(Dataset):
         processor: EmpatheiaProcessor,
         stage: Union[int, Stage],
         gold_features: Optional["GoldFeatureStore"] = None,
-        labels: Optional[LabelSets] = None,
+        labels: Optional[LabelsLike] = None,
         media_cache: Optional["MediaFeatureCache"] = None,
         on_error: str = "raise",
         text_only_share: float = 0.0,
@@ -129,7 +131,7 @@ class StageDataset(Dataset):
         self.processor = processor
         self.stage = stage
         self.gold_features = gold_features
-        self.labels = labels or LabelSets.from_config(processor.config.style_disentangler)
+        self.labels = as_label_sets(labels) or LabelSets.from_config(processor.config.style_disentangler)
         self.media_cache = media_cache
         self.on_error = on_error
 

@@ -16,25 +16,32 @@ Formats
 ``ed-conversations``
     EmpatheticDialogues-style JSONL, one conversation per line (``conv_id``,
     ``situation``, ``utterances``, ``roles``, ``emotion``): one example per listener
-    utterance, with the situation as the chain's event scenario and the emotion label.
+    utterance, with the emotion label and a chain built from the situation, the emotion
+    and the speaker's turns (:mod:`empatheia.chain_targets`).
 ``ed-responses``
     EmpatheticDialogues-style JSONL, one example per line (``conv_id``, ``context``,
     ``response``, ``situation``, ``emotion``), roles alternating speaker first.
 ``avatar``
     This project's JSONL for a new avatar dataset, one example per line; see
     ``docs/data.md``.
+
+:func:`read_example` reads the one example of a file that ``empatheia respond`` answers,
+picked by conversation and turn. A ``labels`` argument is label sets or the path of a
+labels YAML file (:func:`as_label_sets`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from ..chain_targets import complete_chain
 from ..dialogue import Dialogue, Turn
 from ..errors import DataError, SkipReport
-from ..io import parse_json, parse_jsonl, read_text
+from ..io import NESTING_REASON, parse_json, parse_jsonl, read_text
 from ..labels import LabelSets, UnknownEmotionError
 from ..prompts import ROLE_NAMES, ChainOfEmpathy
 
@@ -48,6 +55,20 @@ the largest shipped max_length (``paper``'s 2048 tokens) alone, so a longer utte
 fit no prompt and is an error at reading time, in ``data check`` as in ``respond``.
 Shorter ones that still overflow a smaller model's max_length are the processor's error."""
 PathLike = Union[str, Path]
+LabelsLike = Union[LabelSets, str, "os.PathLike[str]"]
+"""What a ``labels`` argument takes: :class:`~empatheia.labels.LabelSets`, or the path of
+a labels YAML file (``emotions``, ``profile``, ``emotion_fold``)."""
+
+
+def as_label_sets(labels: Optional[LabelsLike]) -> Optional[LabelSets]:
+    """``labels`` as :class:`~empatheia.labels.LabelSets`: label sets as they are, a path
+    read with :meth:`~empatheia.labels.LabelSets.from_yaml` (a bad file is a ``ValueError``
+    naming it), ``None`` as ``None`` (the caller's default)."""
+    if labels is None or isinstance(labels, LabelSets):
+        return labels
+    if isinstance(labels, (str, os.PathLike)):
+        return LabelSets.from_yaml(labels)
+    raise TypeError(f"labels: expected a LabelSets or the path of a labels YAML file, got {type(labels).__name__}")
 
 
 @dataclass
@@ -75,7 +96,7 @@ def read_dataset(
     path: PathLike,
     format: str = "auto",
     media_root: Optional[PathLike] = None,
-    labels: Optional[LabelSets] = None,
+    labels: Optional[LabelsLike] = None,
     require_media: bool = True,
     on_error: str = "raise",
 ) -> DialogueCorpus:
@@ -87,7 +108,8 @@ def read_dataset(
         media_root: folder of the media files (AvaMERG names; for ``avatar`` files the
             paths in the file are relative to it, default: the file's folder). ``None``
             for AvaMERG reads text only.
-        labels: the label sets the emotion and profile labels are checked against
+        labels: the label sets the emotion and profile labels are checked against: a
+            :class:`~empatheia.labels.LabelSets` or the path of a labels YAML file
             (default: AvaMERG's).
         require_media: a missing media file is an error (or a skipped sample); with
             ``False`` the example keeps going without it and lists it in
@@ -98,17 +120,11 @@ def read_dataset(
     path = Path(path)
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    labels = labels or LabelSets()
+    labels = as_label_sets(labels) or LabelSets()
     records, escaped = _load_records(path)
     if format == "auto":
         format = _detect_format(path, records)
-    readers: Dict[str, Callable] = {
-        "avamerg": _avamerg_examples,
-        "ed-conversations": _ed_conversation_examples,
-        "ed-responses": _ed_response_examples,
-        "avatar": _avatar_examples,
-    }
-    if format not in readers:
+    if format not in _READERS:
         raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
     if format == "avatar" and media_root is None:
         media_root = path.parent
@@ -125,7 +141,7 @@ def read_dataset(
             bad_text = _text_error(record, record_name, path) if escaped else None
             if bad_text is not None:
                 raise bad_text
-            examples = readers[format](record, record_name, context)
+            examples = _READERS[format](record, record_name, context)
         except DataError as error:
             examples = [error]
         for example in examples:
@@ -143,6 +159,154 @@ def read_dataset(
                 continue
             corpus.dialogues.append(dialogue)
     return corpus
+
+
+@dataclass
+class PickedExample:
+    """One example of a dataset file, as :func:`read_example` picked it."""
+
+    dialogue: Dialogue
+    format: str
+    conversation: str
+    """The conversation it belongs to (see :func:`read_example`)."""
+    position: int
+    """Its index among the conversation's examples (``turn``, made non-negative)."""
+    emotion_field: str
+    """Where the file holds its emotion label."""
+
+    def turn_field(self, index: int, attribute: str) -> str:
+        """Where the dialogue's turn ``index``'s ``attribute`` (``text``, ``audio`` or
+        ``video``) is in the file: AvaMERG's ``turns[1].dialogue_history[0].utterance``,
+        avatar JSONL's ``history[0].audio``, EmpatheticDialogues' ``utterances[0]``."""
+        if self.format == "avamerg":
+            name = "utterance" if attribute == "text" else attribute
+            return f"turns[{self.position}].dialogue_history[{index}].{name}"
+        if self.format == "avatar":
+            return f"history[{index}].{attribute}"
+        return f"{'context' if self.format == 'ed-responses' else 'utterances'}[{index}]"
+
+
+_UNITS = {"avamerg": "turns", "ed-conversations": "listener utterances", "ed-responses": "lines", "avatar": "lines"}
+"""What a conversation's examples are, per format."""
+
+
+def read_example(
+    path: PathLike,
+    conversation: Optional[str] = None,
+    turn: int = -1,
+    format: str = "auto",
+    media_root: Optional[PathLike] = None,
+    labels: Optional[LabelsLike] = None,
+) -> PickedExample:
+    """Read the one example of a dataset file that ``empatheia respond`` answers.
+
+    A file holds conversations, each with one or more examples, in every format
+    :func:`read_dataset` reads: an AvaMERG conversation (``conversation_id``) has one per
+    turn; an EmpatheticDialogues conversation (``conv_id``) one per listener utterance
+    (``ed-conversations``) or per line (``ed-responses``); in avatar JSONL the lines whose
+    ``id`` is ``"<conversation>/<n>"`` (or just ``"<conversation>"``) make a conversation,
+    and a line's whole ``id`` picks that line alone. ``conversation`` picks one (it may be
+    left out when the file holds one), ``turn`` one of its examples (``-1``: the last).
+    A wrong or missing choice is a :class:`DataError` naming the file and its
+    conversations.
+
+    Only the chosen conversation is read further: a bad record elsewhere does not matter.
+    Its media must exist (``media_root`` as for :func:`read_dataset`); the gold
+    response's media are not looked for. ``labels`` (label sets or a labels YAML path)
+    check the example's labels as :func:`read_dataset` does; without them they are not
+    checked, since answering does not read them.
+    """
+    path = Path(path)
+    labels = as_label_sets(labels)
+    records, escaped = _load_records(path)
+    parsed = [(name, record) for name, record in records if not isinstance(record, DataError)]
+    if not parsed:
+        raise _unparsable(path, records)
+    if format == "auto":
+        format = _detect_format(path, records)
+    if format not in _READERS:
+        raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
+    if format == "avatar" and media_root is None:
+        media_root = path.parent
+    keyed = [(_conversation_key(format, record, name), name, record) for name, record in parsed]
+    ids = list(dict.fromkeys(key for key, _, _ in keyed))
+    if conversation is None:
+        if len(ids) != 1:
+            raise DataError(f"holds {len(ids)} conversations ({_listed(ids)}); choose one with --conversation ID", file=path)
+        conversation = ids[0]
+    conversation = str(conversation)
+    # An avatar line's whole id picks that line; otherwise the conversation's examples.
+    chosen = [(name, record) for _, name, record in keyed
+              if format == "avatar" and isinstance(record, dict) and record.get("id") == conversation]
+    if not chosen:
+        chosen = [(name, record) for key, name, record in keyed if key == conversation]
+    if not chosen:
+        unread = [record for _, record in records if isinstance(record, DataError)]
+        note = f"; {len(unread)} line(s) could not be read ({unread[0].record}: {unread[0].reason})" if unread else ""
+        raise DataError(f"no conversation {conversation!r}: give --conversation one of {_listed(ids)}{note}", file=path)
+    context = _ReadContext(path, Path(media_root) if media_root is not None else None, require_media=True,
+                           response_media=False)
+    examples: List[Union[Tuple[Dialogue, str], DataError]] = []
+    for name, record in chosen:
+        bad_text = _text_error(record, name, path) if escaped else None
+        if bad_text is not None:
+            raise bad_text
+        try:
+            examples.extend(_READERS[format](record, name, context))
+        except DataError as error:
+            raise _in_file(error, path, name) from None
+    if not examples:
+        raise DataError(f"conversation {conversation!r} has no example to answer (its examples are its {_UNITS[format]}): "
+                        "choose another with --conversation", file=path)
+    if not -len(examples) <= turn < len(examples):
+        raise DataError(f"turn {turn} is out of range: conversation {conversation!r} has {len(examples)} examples "
+                        f"(its {_UNITS[format]}); give --turn 0 to {len(examples) - 1}, or -1 for the last", file=path)
+    example = examples[turn]
+    if isinstance(example, DataError):
+        raise _in_file(example, path, conversation)
+    dialogue, emotion_field = example
+    if labels is not None:
+        try:
+            _check_labels(dialogue, emotion_field, "{role}" if format == "avatar" else "{role}_profile", labels)
+        except DataError as error:
+            raise _in_file(error, path, dialogue.id) from None
+    return PickedExample(dialogue, format, conversation, turn % len(examples), emotion_field)
+
+
+def _conversation_key(format: str, record: Any, name: str) -> str:
+    """The conversation a record belongs to (its record name when it names none)."""
+    if not isinstance(record, dict):
+        return name
+    if format == "avatar":
+        example_id = record.get("id")
+        return example_id.rsplit("/", 1)[0] if isinstance(example_id, str) and example_id else name
+    value = record.get("conversation_id" if format == "avamerg" else "conv_id")
+    return str(value) if value is not None else name
+
+
+def _listed(ids: Sequence[str], limit: int = 10) -> str:
+    more = f", ... ({len(ids)} in all)" if len(ids) > limit else ""
+    return ", ".join(repr(i) for i in ids[:limit]) + more
+
+
+def _in_file(error: DataError, path: Path, record: str) -> DataError:
+    """``error`` naming ``path`` (and ``record``) where it named no file (or record)."""
+    return DataError(error.reason, file=error.file or path, record=error.record or record, field=error.field)
+
+
+def _unparsable(path: Path, records: List[Tuple[str, Any]]) -> DataError:
+    """The error of a file none of whose records parses: a JSON document's own error
+    when the file is one (an object spread over lines fails on each of them)."""
+    reason = records[0][1].reason
+    text = read_text(path)
+    if text.lstrip().startswith("{"):
+        try:
+            parse_json(text, path)
+        except DataError as error:
+            reason = error.reason
+    if reason == NESTING_REASON:
+        return DataError(reason, file=path)
+    return DataError(f"not valid JSON ({reason})", file=path)
 
 
 # ---------------------------------------------------------------------- file level
@@ -244,6 +408,8 @@ class _ReadContext:
     path: Path
     media_root: Optional[Path]
     require_media: bool
+    response_media: bool = True
+    """Also attach the gold response's media (training and evaluation; answering needs none)."""
 
 
 # ---------------------------------------------------------------------- labels
@@ -355,6 +521,10 @@ def avamerg_dialogue(
         _utterance(response, name, f"{at}.response")
     context = _optional_string(record, "context", name, f"{at}.context")
     chain = _chain(record.get("chain_of_empathy"), name, f"{at}.chain_of_empathy", strict=False)
+    if chain is not None:
+        # A record with all four steps keeps them as they are; missing ones are built as
+        # ED's are (empatheia.chain_targets), so every target names the whole chain.
+        chain = complete_chain(chain, context, [t.text for t in out_turns if t.role == "speaker"])
     response_audio = response_video = None
     if root is not None and response_media:
         avatar = (profiles["listener"] or {}).get("ID")
@@ -455,7 +625,8 @@ def _avamerg_examples(conversation: Any, name: str, ctx: _ReadContext) -> List[U
                 turn=position,
                 media_root=ctx.media_root,
                 require_media=ctx.require_media,
-                response_media=ctx.media_root is not None and isinstance(turns[position], dict) and "response" in turns[position],
+                response_media=ctx.response_media and ctx.media_root is not None and isinstance(turns[position], dict)
+                and "response" in turns[position],
             )
         except DataError as error:
             examples.append(error)
@@ -497,9 +668,10 @@ def _ed_situation(record: dict, name: str) -> Optional[str]:
     return situation
 
 
-def _ed_chain(situation: Optional[str], emotion: str) -> ChainOfEmpathy:
-    # ED annotates the situation and the emotion; it has no cause or goal, and none is made up.
-    return ChainOfEmpathy(event_scenario=(situation or "").strip() or None, speaker_emotion=emotion)
+def _ed_chain(situation: Optional[str], emotion: str, turns: Sequence[Turn]) -> ChainOfEmpathy:
+    # ED annotates the situation and the emotion only: the four steps are built from them
+    # and the speaker's turns by the rules of empatheia.chain_targets (docs/data.md).
+    return complete_chain(None, situation, [t.text for t in turns if t.role == "speaker"], emotion)
 
 
 def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
@@ -523,7 +695,7 @@ def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List
             id=f"{f['conv_id']}/{i}",
             context=situation,
             response=turns[i].text,
-            chain=_ed_chain(situation, f["emotion"]),
+            chain=_ed_chain(situation, f["emotion"], turns[:i]),
         )
         examples.append((dialogue, "emotion"))
     return examples
@@ -539,7 +711,7 @@ def _ed_response_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tup
     conv = record.get("conv_id", name)
     situation = _ed_situation(record, name)
     dialogue = Dialogue(
-        turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=_ed_chain(situation, f["emotion"])
+        turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=_ed_chain(situation, f["emotion"], turns)
     )
     return [(dialogue, "emotion")]
 
@@ -588,8 +760,9 @@ def _avatar_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Di
         if not isinstance(response_text, str) or not response_text.strip():
             raise DataError("missing or empty", record=name, field="response.text")
         _utterance(response_text, name, "response.text")
-        response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
-        response_video = _avatar_media(response, "video", name, "response", ctx, missing)
+        if ctx.response_media:
+            response_audio = _avatar_media(response, "audio", name, "response", ctx, missing)
+            response_video = _avatar_media(response, "video", name, "response", ctx, missing)
     chain = _chain(record.get("chain"), name, "chain", strict=True)
     emotion = record.get("emotion")
     if emotion is not None and not isinstance(emotion, str):
@@ -625,3 +798,13 @@ def _avatar_media(item: dict, kind: str, name: str, at: str, ctx: _ReadContext, 
         raise DataError(f"{kind} file not found", file=path, record=name, field=f"{at}.{kind}")
     missing.append(str(path))
     return None
+
+
+_READERS: Dict[str, Callable[[Any, str, _ReadContext], list]] = {
+    "avamerg": _avamerg_examples,
+    "ed-conversations": _ed_conversation_examples,
+    "ed-responses": _ed_response_examples,
+    "avatar": _avatar_examples,
+}
+"""Each format's reader: a record (its name, the read context) -> its examples
+``(dialogue, emotion field)``, or the :class:`DataError` of a bad one."""

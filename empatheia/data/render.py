@@ -24,9 +24,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..chain_targets import complete_chain
 from ..errors import DataError
 from ..io import atomic_path, read_jsonl, remove_temporary_files, write_json, write_jsonl
 from ..labels import fold_emotion
+from ..prompts import CHAIN_STEPS
 from .dataset import stable_fraction
 
 PathLike = Union[str, Path]
@@ -343,12 +345,19 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
                 "history": [{k: v for k, v in t.items() if k != "face_clip"} for t in turns[:i]],
                 "face_clips": sorted({t["face_clip"] for t in turns[:i] if "face_clip" in t}),
                 "response": {k: turns[i][k] for k in ("text", "audio", "video")},
-                # The chain names ED's emotion as stage 1's ED examples do; without it,
-                # stage 4 taught the core to skip the emotion step (measured on `small`).
-                "chain": {"event_scenario": record.get("situation"), "speaker_emotion": record["emotion"]},
+                # The chain is stage 1's ED chain, all four steps: a step missing here
+                # teaches stage 4 to skip it (measured on `small` for the emotion step).
+                "chain": _ed_chain_record(record, turns[:i]),
             }
         )
     return examples
+
+
+def _ed_chain_record(record: dict, turns: Sequence[dict]) -> Dict[str, Optional[str]]:
+    """The four steps as the ED readers build them (:mod:`empatheia.chain_targets`)."""
+    speaker = [t["text"] for t in turns if t["role"] == "speaker"]
+    chain = complete_chain(None, record.get("situation"), speaker, record["emotion"])
+    return {name: getattr(chain, name) for name, _ in CHAIN_STEPS}
 
 
 def _safe(name: str) -> str:

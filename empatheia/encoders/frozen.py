@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import torch
 from torch import nn
 
 
@@ -15,3 +18,17 @@ class FrozenEncoder(nn.Module):
 
     def train(self, mode: bool = True) -> "FrozenEncoder":
         return super().train(False)
+
+
+def outside_cpu_autocast(forward):
+    """Run ``forward`` with CPU autocast off. A frozen encoder then gives the float32
+    features that inference and the media cache hold whatever precision its caller trains
+    in (bf16 autocast on a CPU that computes it natively), and one that cannot run in
+    bfloat16 at all (Whisper's log-mel front end hands its tensors to NumPy) still runs."""
+
+    @functools.wraps(forward)
+    def run(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False):
+            return forward(*args, **kwargs)
+
+    return run

@@ -10,7 +10,7 @@ from transformers import HubertConfig, HubertModel
 
 from ..config import SPEECH_BACKENDS, SpeechEncoderConfig
 from ..pretrained import resolve_pretrained
-from .frozen import FrozenEncoder
+from .frozen import FrozenEncoder, outside_cpu_autocast
 from .pooling import pool_to_tokens
 
 
@@ -60,6 +60,7 @@ class SpeechEncoder(FrozenEncoder):
         return self.config.hidden_size
 
     @torch.no_grad()
+    @outside_cpu_autocast
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """
         Args:

@@ -11,7 +11,7 @@ import torch
 
 from ..config import IMAGENET_MEAN, IMAGENET_STD, VIDEO_BACKENDS, VideoEncoderConfig
 from ..pretrained import resolve_pretrained
-from .frozen import FrozenEncoder
+from .frozen import FrozenEncoder, outside_cpu_autocast
 from .pooling import pool_to_tokens
 
 
@@ -81,6 +81,7 @@ class VideoEncoder(FrozenEncoder):
         return self.config.embed_dim
 
     @torch.no_grad()
+    @outside_cpu_autocast
     def forward(self, frames: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
         """
         Args:

@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .frozen import outside_cpu_autocast
+
 
 class WhisperCT2Encoder(nn.Module):
     """Whisper encoder frames (50 per second) of 16 kHz waveforms.
@@ -74,6 +76,7 @@ class WhisperCT2Encoder(nn.Module):
         return torch.div(lengths + self.samples_per_frame - 1, self.samples_per_frame, rounding_mode="floor").clamp(min=1)
 
     @torch.no_grad()
+    @outside_cpu_autocast
     def forward(self, waveforms: torch.Tensor, lengths: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """
         Args:
@@ -83,6 +86,10 @@ class WhisperCT2Encoder(nn.Module):
         Returns:
             ``frames`` ``(N, L, hidden_size)`` float32, zero after ``frame_lengths``, and
             ``frame_lengths`` ``(N,)``, where ``L = max(frame_lengths)``.
+
+        The same float32 frames under ``torch.autocast`` (bf16 training on a CPU): the
+        log-mel front end hands its tensors to NumPy, which has no bfloat16, and CTranslate2
+        reads float32 only.
         """
         device = waveforms.device
         n, t = waveforms.shape

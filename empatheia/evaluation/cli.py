@@ -18,6 +18,10 @@ status; errors are ``SystemExit("error: ...")``):
   ``DIR/predictions.jsonl``, ``DIR/references.jsonl`` and ``DIR/run.json``. ``--speak`` /
   ``--animate`` write each response's speech / speech and talking head to
   ``DIR/media/<id>.wav`` / ``.mp4``.
+* ``--labels YAML``: the classes scored in. A model run reads and scores with the model's
+  own label sets (a fine-tuned model keeps its fold), so it needs none; scoring files
+  defaults to AvaMERG's, and predictions whose ``emotion_probabilities`` name other classes
+  are an error asking for ``--labels``.
 * ``--skip-unknown-gold`` (either mode; also ``compare``) leaves out the references whose
   gold emotion the label sets do not know, counted in ``skipped_unknown_gold``; without it
   such a reference is an error naming the file, the record and the field.
@@ -52,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from ..config_loader import add_set_argument
+from ..decoding import add_decoding_arguments, decoding_from_args, decoding_given
 from ..loading import load_labels, load_system, model_overrides, progress, system_arguments
 
 if TYPE_CHECKING:
@@ -71,6 +76,7 @@ def _check_mode(args: argparse.Namespace) -> str:
         given = [f"--{name.replace('_', '-')}" for name in ("data", "limit", "max_new_tokens", "media_root", "device", "dtype")
                  if getattr(args, name) is not None]
         given += [f"--{name}" for name in ("speak", "animate", "set") if getattr(args, name)]
+        given += decoding_given(args)
         if given:
             raise SystemExit(f"error: {', '.join(given)} only apply with --checkpoint/--preset")
         return "files"
@@ -92,6 +98,7 @@ def check_run_arguments(args: argparse.Namespace) -> None:
             raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {value}")
     if args.multimodal and not (args.speak or args.animate):
         raise SystemExit("error: --multimodal scores the responses' speech and video: add --speak or --animate")
+    decoding_from_args(args)  # its errors before the model loads
 
 
 def score_options(args: argparse.Namespace) -> "ScoreOptions":
@@ -119,7 +126,7 @@ def evaluate_system(args: argparse.Namespace, scoring: "ScoreOptions") -> Tuple[
     model = load_system(args)
     run = RunOptions(
         batch_size=args.batch_size or 8, max_new_tokens=args.max_new_tokens, speak=args.speak,
-        animate=args.animate, progress=not args.no_progress,
+        animate=args.animate, progress=not args.no_progress, decoding=decoding_from_args(args),
         info={
             "model": f"checkpoint:{Path(args.checkpoint).resolve()}" if args.checkpoint else f"preset:{args.preset}",
             # Only when not Empatheia itself, so earlier runs still resume.
@@ -170,7 +177,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if media and not media.get("scored"):
         progress(f"{media['audio']} prediction(s) have audio and {media['video']} video, not scored: add --multimodal to score them")
     out = Path(args.out)
-    summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2")}
+    summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2",
+                                                           "repeated_sentence_share")}
     for block, key in (("speech", "wer_mean"), ("speech", "style_cosine_mean"), ("video", "cpbd_mean"),
                        ("video", "lip_sync_confidence_mean"), ("video", "facial_emotion_accuracy"),
                        ("video", "identity_consistency_mean"), ("video", "ssim_mean"), ("video", "style_cosine_mean")):
@@ -178,6 +186,10 @@ def run_eval(args: argparse.Namespace) -> int:
             summary_line[f"{block}_{key}"] = metrics[block][key]
     if "latency" in metrics:
         summary_line["seconds_per_answer"] = metrics["latency"]["seconds_mean"]
+    if metrics.get("profile"):
+        summary_line["profile_accuracy"] = {name: entry["accuracy"] for name, entry in metrics["profile"].items()}
+    for key, reason in (metrics.get("not_applicable") or {}).items():
+        progress(f"{key}: n/a ({reason})")
     summary_line.update(metrics=str(out / METRICS_NAME), report=str(written[REPORT_HTML]), markdown=str(written[REPORT_MD]))
     print(json.dumps(summary_line))
     return 0
@@ -287,6 +299,8 @@ def run_compare(args: argparse.Namespace) -> int:
         "limit": args.limit, "batch_size": args.batch_size or 8, "max_new_tokens": args.max_new_tokens,
         "speak": bool(args.speak or args.animate), "animate": bool(args.animate), "multimodal": bool(args.multimodal),
         "labels": str(args.labels) if args.labels else None, "device": args.device, "dtype": args.dtype,
+        # As given: each system's run.json and metrics.json hold it with the config's defaults filled in.
+        "decoding": decoding_from_args(args).record(),
     }
     try:
         with folder_lock(args.out):
@@ -319,10 +333,13 @@ def _run_arguments(group, source_required: bool) -> None:
     group.add_argument("--animate", action="store_true",
                        help="also speak and animate each response: DIR/media/<id>.wav and .mp4 ('audio', 'video', 'avatar')")
     group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_decoding_arguments(group)
 
 
 def _scoring_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--labels", type=Path, help="YAML with emotions, profile and emotion_fold (default: AvaMERG's / the model's)")
+    p.add_argument("--labels", type=Path,
+                   help="YAML with emotions, profile and emotion_fold: the classes to score in (default: with "
+                        "--checkpoint/--preset the model's own, fold included; scoring files, AvaMERG's)")
     p.add_argument("--similarity", action="store_true",
                    help="also the BERTScore-style similarity to the gold responses (loads a small encoder)")
     p.add_argument("--polarity", action="store_true",

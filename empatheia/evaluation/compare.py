@@ -135,16 +135,20 @@ def reference_labels(references: Sequence[Mapping[str, Any]]) -> LabelSets:
     """The label sets of the labels the references name (their raw ``emotion_label``, else
     ``emotion``), each its own class: a prediction matches only the label as written."""
     names = sorted({normalize_label(r.get("emotion_label") or r["emotion"]) for r in references})
-    return LabelSets(emotions=names, profile={}, emotion_fold={})
+    return LabelSets(emotions=names, profile={}, emotion_fold={}, emotion_fold_replace=True)
 
 
-def score_fine_labels(folder: PathLike, labels: Optional[LabelSets] = None, unknown_gold: str = "error") -> Dict[str, Any]:
-    """Score a run's predictions under the fine ``labels`` (default:
-    :func:`reference_labels`) into ``folder/fine_labels/metrics.json``, over the run's
+def score_fine_labels(folder: PathLike, labels: Optional[Union[LabelSets, str, Path]] = None,
+                      unknown_gold: str = "error") -> Dict[str, Any]:
+    """Score a run's predictions under the fine ``labels`` (label sets or a labels YAML
+    path; default: :func:`reference_labels`) into ``folder/fine_labels/metrics.json``, over the run's
     selection (its ``references.jsonl``); returns the metrics. ``unknown_gold`` is
     :attr:`~empatheia.evaluation.scoring.ScoreOptions.unknown_gold`: a gold label the fine
     labels do not know is an error, or skipped and counted."""
+    from ..data.readers import as_label_sets
+
     folder = Path(folder)
+    labels = as_label_sets(labels)
     references = read_references(folder / REFERENCES_NAME)
     metrics = score_files(folder / PREDICTIONS_NAME, folder / REFERENCES_NAME,
                           ScoreOptions(labels=labels or reference_labels(references), unknown_gold=unknown_gold),
@@ -156,7 +160,9 @@ def score_fine_labels(folder: PathLike, labels: Optional[LabelSets] = None, unkn
 def system_row(system: str, metrics: Mapping[str, Any], fine: Mapping[str, Any], multimodal: bool,
                folder: Optional[str] = None) -> Dict[str, Any]:
     """A system's row of ``comparison.json``: per column its ``value`` (``None`` when
-    missing), ``count`` and, when missing, ``missing`` (why)."""
+    missing), ``count`` and, when missing, ``missing`` (why: the metrics' own reason when
+    the metric cannot apply, see ``not_applicable`` in
+    :func:`~empatheia.evaluation.scoring.score`)."""
     folder = folder or system
     values: Dict[str, Optional[float]] = {}
     counts: Dict[str, Optional[float]] = {}
@@ -166,7 +172,8 @@ def system_row(system: str, metrics: Mapping[str, Any], fine: Mapping[str, Any],
         values[column.name] = metric_value(source, column.key)
         counts[column.name] = metric_value(source, column.count)
         if values[column.name] is None:
-            missing[column.name] = why_missing(column, metrics, multimodal)
+            reason = (source.get("not_applicable") or {}).get(column.key)
+            missing[column.name] = reason or why_missing(column, metrics, multimodal)
     run = metrics.get("run") or {}
     return {
         "system": system,
@@ -366,7 +373,7 @@ def compare_systems(
     run_system: RunSystem,
     out_dir: PathLike,
     settings: Mapping[str, Any],
-    fine_labels: Optional[LabelSets] = None,
+    fine_labels: Optional[Union[LabelSets, str, Path]] = None,
     fine_labels_name: Optional[str] = None,
     unknown_gold: str = "error",
 ) -> Tuple[Dict[str, Any], Dict[str, Path]]:

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..decoding import GREEDY_RECORD, Decoding
+from ..data.readers import as_label_sets
 from ..errors import DataError
 from ..io import atomic_path, folder_lock, json_line, write_json, write_jsonl
 from ..labels import LabelSets
@@ -61,7 +63,7 @@ PathLike = Union[str, Path]
 RUN_NAME = "run.json"
 MEDIA_DIR = "media"
 """Subfolder of a model run's output that holds the responses' audio and video."""
-RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False}
+RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False, "decoding": GREEDY_RECORD}
 """Settings a ``run.json`` written before they existed is read as having."""
 
 
@@ -81,14 +83,20 @@ class RunOptions:
     animate: bool = False
     """Also speak and animate each response (implies ``speak``)."""
     progress: bool = True
+    decoding: Decoding = field(default_factory=Decoding)
+    """How the answers are written (greedy with the config's repetition control by
+    default). Seeded sampling gives the same answers again only in the same batches: a
+    run resumed at another example, or with another ``batch_size``, draws differently."""
     info: Mapping[str, Any] = field(default_factory=dict)
     """What identifies the run besides the settings above (e.g. the model and the data);
     checked against ``run.json`` (:func:`check_run_info`)."""
 
-    def run_info(self) -> Dict[str, Any]:
-        """What ``run.json`` records: :attr:`info` with the generation settings."""
+    def run_info(self, language_model: Any = None) -> Dict[str, Any]:
+        """What ``run.json`` records: :attr:`info` with the generation settings, the
+        decoding's with ``language_model``'s (the model config's section) defaults filled in."""
+        decoding = self.decoding.resolved(language_model) if language_model is not None else self.decoding
         return dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
-                    animate=bool(self.animate))
+                    animate=bool(self.animate), decoding=decoding.record())
 
 
 # ====================================================================== media
@@ -191,8 +199,11 @@ def check_run_info(out_dir: PathLike, info: Mapping[str, Any]) -> None:
             raise RunMismatchError(
                 f"{predictions} exists but {run_path} does not, so which model wrote it is unknown; use another --out or remove it"
             )
+        # Settings added since either side was written read as their defaults on both.
         previous = dict(RUN_DEFAULTS, **json.loads(run_path.read_text(encoding="utf-8")))
-        changed = {k: (previous.get(k), info.get(k)) for k in set(previous) | set(info) if previous.get(k) != info.get(k)}
+        current = dict(RUN_DEFAULTS, **info)
+        changed = {k: (previous.get(k), current.get(k)) for k in set(previous) | set(current)
+                   if previous.get(k) != current.get(k)}
         if changed:
             details = "; ".join(f"{k}: was {old!r}, now {new!r}" for k, (old, new) in sorted(changed.items()))
             raise RunMismatchError(
@@ -221,7 +232,7 @@ def run_model(
     dialogues: Sequence["Dialogue"],
     out_dir: PathLike,
     options: Optional[RunOptions] = None,
-    labels: Optional[LabelSets] = None,
+    labels: Optional[Union[LabelSets, str, Path]] = None,
     data_file: Optional[PathLike] = None,
 ) -> RunSummary:
     """Answer ``dialogues`` with ``model`` into ``DIR/predictions.jsonl`` (resumable) and
@@ -231,8 +242,9 @@ def run_model(
     appended and flushed (and synced) before the next starts, so a stopped run loses at
     most the batch in flight. Ids already in the file are skipped. The run's settings
     (:meth:`RunOptions.run_info`) are checked against the folder's ``run.json``
-    (:func:`check_run_info`). ``labels`` fold the gold emotions (default: the model's
-    label sets); ``data_file`` names the dataset in errors. The folder is locked for the
+    (:func:`check_run_info`). ``labels`` (label sets or a labels YAML path) fold the gold
+    emotions (default: the model's label sets, with the fold it was fine-tuned with);
+    ``data_file`` names the dataset in errors. The folder is locked for the
     run (:func:`~empatheia.io.folder_lock`): a second run on it meanwhile is a
     :class:`~empatheia.io.FolderLockedError`.
 
@@ -253,10 +265,10 @@ def run_model(
     # Two runs appending to one predictions file would both answer the ids neither had
     # yet and write them twice; the second run is refused before it reads anything.
     with folder_lock(out_dir):
-        labels = labels or model.label_sets()
+        labels = as_label_sets(labels) or model.label_sets()
         references = references_from_dialogues(dialogues, labels, file=data_file)
         speak = bool(options.speak or options.animate)
-        check_run_info(out_dir, options.run_info())
+        check_run_info(out_dir, options.run_info(model.config.language_model))
         references_path = write_jsonl(out_dir / REFERENCES_NAME, references)
         predictions_path = out_dir / PREDICTIONS_NAME
         done = {p["id"] for p in recover_predictions(predictions_path)}
@@ -270,7 +282,8 @@ def run_model(
                     # Only the answering is timed: writing the files and measuring their styles
                     # is the evaluation's work, which a user of the system never waits for.
                     began = time.perf_counter()
-                    responses = model.respond(batch, max_new_tokens=options.max_new_tokens, speak=speak, animate=options.animate)
+                    responses = model.respond(batch, max_new_tokens=options.max_new_tokens, speak=speak,
+                                              animate=options.animate, **options.decoding.kwargs())
                     seconds = (time.perf_counter() - began) / len(batch)
                     media: List[Optional[Dict[str, str]]] = [None] * len(batch)
                     styles: List[Optional[Dict[str, List[float]]]] = [None] * len(batch)
@@ -307,14 +320,14 @@ def evaluate_dataset(
     Only this selection is scored: predictions an earlier, larger run left in the folder
     are kept in the file and counted under ``sources.predictions_outside_selection``.
     ``scoring.labels`` read and fold the dataset's labels (default: the model's label
-    sets).
+    sets, so a model fine-tuned to its own labels needs no labels file).
     """
     from ..data.readers import read_dataset
 
     run, scoring = run or RunOptions(), scoring or ScoreOptions()
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    scoring = replace(scoring, labels=scoring.labels or model.label_sets())
+    scoring = replace(scoring, labels=as_label_sets(scoring.labels) or model.label_sets())
     corpus = read_dataset(data, format=format, media_root=media_root, labels=scoring.labels)
     dialogues = list(corpus.dialogues)[:limit] if limit is not None else list(corpus.dialogues)
     if not dialogues:
@@ -324,8 +337,9 @@ def evaluate_dataset(
     with folder_lock(out_dir):
         summary = run_model(model, dialogues, out_dir, run, labels=scoring.labels, data_file=data)
         metrics = score_files(summary.predictions_path, summary.references_path, scoring, keep_ids=[d.id for d in dialogues])
-        info = run.run_info()
+        info = run.run_info(model.config.language_model)
         metrics["run"] = {"selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated,
-                          **dict(run.info), "speak": info["speak"], "animate": info["animate"]}
+                          **dict(run.info), "speak": info["speak"], "animate": info["animate"],
+                          "decoding": info["decoding"]}
         write_metrics(metrics, out_dir)
     return metrics, summary

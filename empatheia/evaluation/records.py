@@ -9,6 +9,8 @@ Predictions (JSONL, one response a line)
     ``chain_emotion_probabilities`` (label -> probability at the chain's emotion step, for
     a model with ``language_model.chain_emotions``; the probabilities of both are finite,
     non-negative numbers: NaN, infinity, a negative value or a string is an error),
+    ``chain_of_empathy`` (the chain the answer wrote: ``event_scenario``,
+    ``speaker_emotion``, ``emotion_cause``, ``goal_to_response``, each a string or ``null``),
     ``audio`` and ``video``
     (the spoken response and the talking head: paths relative to the predictions file's
     folder, or absolute) and ``avatar`` (which avatar spoke it: the same string, the same
@@ -16,13 +18,18 @@ Predictions (JSONL, one response a line)
     its generators for) and ``speech_style_realised`` / ``video_style_realised`` (the ones
     the same generators measure on the written audio / video), non-empty lists of finite
     numbers; ``seconds`` (how long the system took per answer: its ``respond`` batch's
-    time over the batch's size, a non-negative number).
+    time over the batch's size, a non-negative number); ``profile`` (attribute -> value:
+    the profile of the avatar that answers, as the Style Disentangler reads it, e.g.
+    ``{"gender": "female", "accent": "uk"}``) and ``profile_probabilities`` (attribute ->
+    value -> probability, finite and non-negative).
 References (JSONL, one gold response a line)
     ``id``, ``response`` (the gold response text), ``emotion`` (the gold emotion); optional
     ``emotion_label`` (the dataset's raw label before folding), ``age`` and ``gender``,
     ``history`` (the dialogue's utterances, a list of strings; needed only for the polarity
     metrics), ``video`` (the gold response's talking-head clip, a path relative to the
-    references file's folder or absolute; needed only for SSIM).
+    references file's folder or absolute; needed only for SSIM), ``listener_profile``
+    (attribute -> gold value of the answering avatar's profile, the dataset's listener:
+    what the predictions' ``profile`` is scored against).
 
 Other fields are allowed and ignored. Bad input is a :class:`~empatheia.errors.DataError`
 naming the file, the line and the field. An id that is in one file and not in the other
@@ -61,8 +68,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from ..errors import DataError
 from ..io import read_jsonl
 from ..labels import LabelSets, UnknownEmotionError, normalize_label
+from ..prompts import CHAIN_STEPS
 
 if TYPE_CHECKING:
+    from ..data.readers import LabelsLike
     from ..dialogue import Dialogue
 
 PathLike = Union[str, Path]
@@ -74,6 +83,8 @@ REFERENCES_NAME = "references.jsonl"
 GROUP_FIELDS = ("age", "gender")
 PROBABILITY_FIELDS = ("emotion_probabilities", "chain_emotion_probabilities")
 """Prediction fields holding label -> probability: finite, non-negative numbers."""
+PROFILE_FIELDS = ("profile", "listener_profile")
+"""Fields holding attribute -> value (a string, or ``null`` for none)."""
 STYLE_FIELDS = ("speech_style", "speech_style_realised", "video_style", "video_style_realised")
 """Prediction fields holding a style vector: a non-empty list of finite numbers."""
 STYLE_DIGITS = 6
@@ -93,6 +104,9 @@ PREDICTION_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "chain_emotion": ((str,), False),
     "emotion_probabilities": ((dict,), False),
     "chain_emotion_probabilities": ((dict,), False),
+    "profile": ((dict,), False),
+    "profile_probabilities": ((dict,), False),
+    "chain_of_empathy": ((dict,), False),
     "audio": ((str,), False),
     "video": ((str,), False),
     "avatar": ((str,), False),
@@ -107,6 +121,7 @@ REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "response": ((str,), True),
     "emotion": ((str,), True),
     "emotion_label": ((str,), False),
+    "listener_profile": ((dict,), False),
     "age": ((str,), False),
     "gender": ((str,), False),
     "history": ((list,), False),
@@ -149,8 +164,19 @@ def validate_record(record: Any, spec: FieldSpec, file: Optional[PathLike], wher
         for position, utterance in enumerate(history):
             if not isinstance(utterance, str):
                 raise DataError(f"should be a string, got {_type_name(type(utterance))}", file=file, record=where, field=f"history[{position}]")
-    for name in PROBABILITY_FIELDS:
-        probabilities = record.get(name) if name in spec else None
+    for name in PROFILE_FIELDS:
+        for attribute, value in ((record.get(name) if name in spec else None) or {}).items():
+            if value is not None and not isinstance(value, str):
+                raise DataError(f"should be a string, got {_type_name(type(value))}", file=file, record=where,
+                                field=f"{name}.{attribute}")
+    tables = [(name, record.get(name)) for name in PROBABILITY_FIELDS if name in spec]
+    if "profile_probabilities" in spec:
+        for attribute, table in (record.get("profile_probabilities") or {}).items():
+            if not isinstance(table, dict):
+                raise DataError(f"should be an object (value -> probability), got {_type_name(type(table))}",
+                                file=file, record=where, field=f"profile_probabilities.{attribute}")
+            tables.append((f"profile_probabilities.{attribute}", table))
+    for name, probabilities in tables:
         for label, value in (probabilities or {}).items():
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
                 raise DataError(f"should be a finite, non-negative probability, got {value!r:.40}",
@@ -286,13 +312,19 @@ def group_value(value: Optional[str], attribute: str, labels: LabelSets) -> Opti
 
 
 # ====================================================================== writing records
-def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets, file: Optional[PathLike] = None) -> List[Record]:
+def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: "LabelsLike",
+                              file: Optional[PathLike] = None) -> List[Record]:
     """Reference records of dataset examples: ``id``, ``response``, ``emotion`` (the folded
     class), ``emotion_label`` (the raw label), ``history`` (the turns' texts), the
-    :data:`PROFILE_ROLE`'s ``age`` and ``gender``, and ``video`` (the gold response's
-    talking-head clip as an absolute path, so the references file can be written
-    anywhere) when the example has one. An example without id, gold response or emotion,
-    or a repeated id, is a :class:`DataError`."""
+    :data:`PROFILE_ROLE`'s ``age`` and ``gender``, ``listener_profile`` (the listener's
+    values of the label sets' profile attributes, when it has any) and ``video`` (the gold
+    response's talking-head clip as an absolute path, so the references file can be
+    written anywhere) when the example has one. ``labels`` are label sets or a labels YAML
+    path. An example without id, gold response or emotion, or a repeated id, is a
+    :class:`DataError`."""
+    from ..data.readers import as_label_sets
+
+    labels = as_label_sets(labels)
     records, seen = [], set()
     for dialogue in dialogues:
         where = dialogue.id or "?"
@@ -316,6 +348,13 @@ def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: LabelSets
         for attribute in GROUP_FIELDS:
             value = profile.get(attribute)
             record[attribute] = group_value(value, attribute, labels) if isinstance(value, str) else None
+        # The avatar that answers is the listener: its profile is what the Style
+        # Disentangler's profile classifiers learn, and are scored against.
+        listener = dialogue.listener_profile or {}
+        gold_profile = {attribute: group_value(listener[attribute], attribute, labels) for attribute in labels.profile
+                        if isinstance(listener.get(attribute), str) and listener[attribute].strip()}
+        if gold_profile:
+            record["listener_profile"] = gold_profile
         video = getattr(dialogue, "response_video", None)
         if isinstance(video, (str, Path)) and str(video):
             record["video"] = str(Path(video).resolve())
@@ -339,10 +378,16 @@ def prediction_record(
         "text": response.text or "",
         "emotion": response.emotion.label,
         "chain_emotion": response.chain.speaker_emotion,
+        # A system without a chain step (a baseline's emotion-only chain) leaves it null.
+        "chain_of_empathy": {name: getattr(response.chain, name, None) for name, _ in CHAIN_STEPS},
         "emotion_probabilities": response.emotion.probabilities,
     }
     if response.chain_emotion is not None:
         record["chain_emotion_probabilities"] = response.chain_emotion.probabilities
+    profile = getattr(response, "profile", None) or {}  # a system that reads no profile has none
+    if profile:
+        record["profile"] = {name: prediction.label for name, prediction in profile.items()}
+        record["profile_probabilities"] = {name: prediction.probabilities for name, prediction in profile.items()}
     record.update(media or {})
     record.update(styles or {})
     if seconds is not None:

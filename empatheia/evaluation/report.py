@@ -12,7 +12,9 @@
 
 When the metrics have the multimodal blocks (``speech``, ``video``, ``consistency``; see
 :mod:`empatheia.evaluation.multimodal`), each is a table of its own, with identity
-consistency per avatar as one more table.
+consistency per avatar as one more table; the profile scores (``profile``) are one too. A
+metric that cannot apply reads "n/a (reason)", the reason from the metrics'
+``not_applicable``.
 
 The SVGs are drawn here (no plotting library): plain SVG 1.1, valid XML, every label
 escaped. All files are written whole or not at all.
@@ -36,14 +38,17 @@ REPORT_HTML = "report.html"
 
 _FONT = "font-family='Helvetica, Arial, sans-serif'"
 _BAR_COLOR = "#4C72B0"
-_FRACTIONS = ("emotion_accuracy", "emotion_macro_f1", "chain_emotion_accuracy", "dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_3", "bleu_4")
+_FRACTIONS = ("emotion_accuracy", "emotion_macro_f1", "chain_emotion_accuracy", "chain_complete_share", "dist_1", "dist_2", "repeated_sentence_share", "bleu_1", "bleu_2", "bleu_3", "bleu_4")
 _NAMES = {
     "count": "Scored responses",
     "emotion_accuracy": "Emotion accuracy (Acc)",
     "emotion_macro_f1": "Emotion macro-F1",
     "chain_emotion_accuracy": "Chain-of-Empathy emotion accuracy",
+    "chain_complete_share": "Chains naming all four steps",
     "dist_1": "Dist-1",
     "dist_2": "Dist-2",
+    "repeated_sentence_share": "Answers that repeat a sentence",
+    "repeated_sentence_count": "Answers that repeat a sentence (count)",
 }
 
 
@@ -170,12 +175,18 @@ def _number(value: float) -> str:
 
 
 # ====================================================================== report
-def _value(key: str, value: Any) -> str:
+def _value(key: str, value: Any, reasons: Optional[Mapping[str, str]] = None) -> str:
     if isinstance(value, float):
         return f"{value:.4f} ({value:.2%})" if key.split(".")[-1] in _FRACTIONS else f"{value:.4f}"
     if value is None:
-        return "n/a"
+        return _not_available(key, reasons)
     return str(value)
+
+
+def _not_available(key: str, reasons: Optional[Mapping[str, str]]) -> str:
+    """"n/a", with the reason the metrics give for ``key`` (``not_applicable``) when any."""
+    reason = (reasons or {}).get(key)
+    return f"n/a ({reason})" if reason else "n/a"
 
 
 _MULTIMODAL = ("media", "speech", "video", "consistency")
@@ -242,12 +253,18 @@ def _formatted(value: Any, kind: str) -> str:
     return f"{value:.4f}"
 
 
-def _block_rows(block: Mapping[str, Any], spec: Sequence[Tuple[str, str, str]]) -> List[List[str]]:
-    """Rows ``[name, value]`` of a multimodal block, in ``spec``'s order, then any other
-    numbers it holds under their keys."""
+def _block_rows(block: Mapping[str, Any], spec: Sequence[Tuple[str, str, str]], name: str = "",
+                reasons: Optional[Mapping[str, str]] = None) -> List[List[str]]:
+    """Rows ``[name, value]`` of the multimodal block ``name``, in ``spec``'s order, then
+    any other numbers it holds under their keys; a value that cannot apply says why
+    (``reasons``: the metrics' ``not_applicable``)."""
+
+    def cell(key: str, value: Any, kind: str) -> str:
+        return _not_available(f"{name}.{key}", reasons) if value is None else _formatted(value, kind)
+
     known = {key for key, _, _ in spec}
-    rows = [[name, _formatted(block[key], kind)] for key, name, kind in spec if key in block]
-    rows += [[key, _formatted(value, "number")] for key, value in block.items()
+    rows = [[title, cell(key, block[key], kind)] for key, title, kind in spec if key in block]
+    rows += [[key, cell(key, value, "number")] for key, value in block.items()
              if key not in known and (_is_number(value) or value is None)]
     return rows
 
@@ -255,6 +272,7 @@ def _block_rows(block: Mapping[str, Any], spec: Sequence[Tuple[str, str, str]]) 
 def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str], List[List[str]], Optional[str], List[str]]]:
     sections = []
     speech, video, consistency = metrics.get("speech"), metrics.get("video"), metrics.get("consistency")
+    reasons = metrics.get("not_applicable") or {}
     if speech:
         notes = []
         if "count" in speech:
@@ -265,7 +283,7 @@ def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str
             notes.append("Style agreement: the speech style S^s the model requested against the one its speech "
                          "generator measures on the written audio (cosine in [-1, 1], 1 = same direction; MSE per "
                          "dimension, 0 = identical).")
-        sections.append(("Speech", ["metric", "value"], _block_rows(speech, _SPEECH_ROWS), None, notes))
+        sections.append(("Speech", ["metric", "value"], _block_rows(speech, _SPEECH_ROWS, "speech", reasons), None, notes))
     if video:
         notes = []
         if "count" in video:
@@ -281,7 +299,7 @@ def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str
             notes.append("Style agreement: the video style S^v the model requested against the one its talking-head "
                          "generator measures on the written video.")
         sections.append(("Video", ["metric", "value"], _block_rows(
-            {k: v for k, v in video.items() if k != "identity_per_avatar"}, _VIDEO_ROWS), None, notes))
+            {k: v for k, v in video.items() if k != "identity_per_avatar"}, _VIDEO_ROWS, "video", reasons), None, notes))
         per_avatar = video.get("identity_per_avatar") or {}
         if per_avatar:
             rows = [[key, str(entry.get("clips")), _formatted(entry.get("mean_similarity"), "number"),
@@ -290,7 +308,7 @@ def _multimodal_sections(metrics: Mapping[str, Any]) -> List[Tuple[str, List[str
                              rows, None, ["Cosine similarity of MobileNetV2 face embeddings over the pairs of an "
                                           "avatar's clips (n/a for an avatar with one clip)."]))
     if consistency:
-        sections.append(("Cross-modal consistency", ["metric", "value"], _block_rows(consistency, _CONSISTENCY_ROWS), None, [
+        sections.append(("Cross-modal consistency", ["metric", "value"], _block_rows(consistency, _CONSISTENCY_ROWS, "consistency", reasons), None, [
             "Text-video: the predicted text emotion against the FER reading of the face. Text-speech: the response "
             "text against the transcript of its speech."]))
     return sections
@@ -302,7 +320,7 @@ def _scalars(metrics: Mapping[str, Any]) -> List[Tuple[str, Any]]:
     have tables of their own."""
     rows = []
     for key, value in metrics.items():
-        if key in ("emotion", "by_group", "missing", "sources", "run") + _MULTIMODAL:
+        if key in ("emotion", "by_group", "missing", "sources", "run", "profile", "not_applicable") + _MULTIMODAL:
             continue
         if _is_number(value) or value is None:
             rows.append((key, value))
@@ -356,7 +374,8 @@ def build_plots(metrics: Mapping[str, Any]) -> Dict[str, str]:
 def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tuple[str, List[str], List[List[str]], Optional[str], List[str]]]:
     """``(heading, table header, table rows, plot file or None, notes)`` per section."""
     sections = []
-    scalars = [[_NAMES.get(k, k), _value(k, v)] for k, v in _scalars(metrics)]
+    reasons = metrics.get("not_applicable") or {}
+    scalars = [[_NAMES.get(k, k), _value(k, v, reasons)] for k, v in _scalars(metrics)]
     notes = []
     sources = metrics.get("sources") or {}
     for name in ("predictions", "references"):
@@ -386,6 +405,14 @@ def _sections(metrics: Mapping[str, Any], plots: Mapping[str, str]) -> List[Tupl
             sections.append((f"Accuracy by the user's {attribute}", [attribute, "correct", "total", "accuracy"],
                              _accuracy_table(_groups(table)), GROUP_SVG.format(attribute=attribute),
                              ["The user is the speaker of the dialogue (the person whose emotion is recognised)."]))
+    profile = metrics.get("profile") or {}
+    if profile:
+        rows = [[attribute, str(entry["correct"]), str(entry["n"]),
+                 _not_available(f"profile.{attribute}.accuracy", reasons) if entry["accuracy"] is None
+                 else f"{entry['accuracy']:.2%}"] for attribute, entry in profile.items()]
+        sections.append(("Profile accuracy", ["attribute", "correct", "total", "accuracy"], rows, None,
+                         ["The profile of the avatar that answers (the dataset's listener), as the Style Disentangler "
+                          "reads it, against the references' listener_profile."]))
     sections += _multimodal_sections(metrics)
     missing = metrics.get("missing") or {}
     if missing.get("without_reference") or missing.get("without_prediction") or missing.get("unknown_gold"):

@@ -37,7 +37,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from ..errors import DataError
 from ..io import write_json
-from ..labels import LabelSets, UnknownEmotionError
+from ..labels import ED_EMOTIONS, EMOTION_LABELS, LabelSets, UnknownEmotionError, normalize_label
 from . import text
 from .records import (
     GROUP_FIELDS,
@@ -66,8 +66,10 @@ class ScoreOptions:
     """Score the ids in both predictions and references and list the others under
     ``missing`` (otherwise ids on one side only are a
     :class:`~empatheia.evaluation.records.MissingIdsError`)."""
-    labels: Optional[LabelSets] = None
-    """The label sets that fold emotions and spell profile values (default: AvaMERG's)."""
+    labels: Optional[Union[LabelSets, str, Path]] = None
+    """The label sets that fold emotions and spell profile values, or the path of a labels
+    YAML file (default: AvaMERG's; then predictions whose ``emotion_probabilities`` name
+    other classes are an error asking for them, see :func:`score`)."""
     similarity: bool = False
     """Also the BERTScore-style similarity to the gold responses (loads a small encoder)."""
     polarity: bool = False
@@ -116,9 +118,21 @@ def score(
     Returns a JSON-ready dict:
 
     * ``count``: scored pairs; ``emotion_accuracy``, ``emotion_macro_f1``, ``dist_1``,
-      ``dist_2``: fractions;
+      ``dist_2``: fractions; ``repeated_sentence_share`` and ``repeated_sentence_count``:
+      the answers that say one sentence twice (:func:`~empatheia.evaluation.text.repeated_sentences`);
+    * ``chain_complete_share``: when any prediction has a ``chain_of_empathy`` field, the
+      share of answers whose chain names all four steps (a ``null`` one names none);
     * ``chain_emotion_accuracy``: when any prediction has a ``chain_emotion`` field (a
-      ``null`` or unknown one counts as wrong);
+      ``null`` or unknown one counts as wrong); ``null`` when it cannot apply: no chain
+      names an emotion, or none names one the label sets know (a chain trained on ED's
+      labels, scored under a model's own classes);
+    * ``profile``: when predictions have a ``profile``, per attribute the ``accuracy``,
+      ``correct`` and ``n`` of the predicted value against the reference's
+      ``listener_profile`` (the avatar that answers), over the pairs that have both;
+      ``accuracy`` ``null`` for an attribute no reference gives;
+    * ``not_applicable``: for every metric that is ``null`` because it cannot apply here,
+      its dotted key (``"chain_emotion_accuracy"``, ``"profile.accent.accuracy"``,
+      ``"video.facial_emotion_accuracy"``) -> why; absent when there is none;
     * ``bleu``: ``bleu_1`` .. ``bleu_4`` and ``brevity_penalty``; ``similarity``
       (BERTScore-style mean ``precision``/``recall``/``f1``) and ``polarity`` (mean
       ``emotion``/``sentiment``/``empathy``) when asked;
@@ -141,15 +155,22 @@ def score(
 
     A gold emotion the label sets do not know is a :class:`~empatheia.errors.DataError`
     naming the references file, the record (its id) and the field, unless
-    ``unknown_gold="skip"`` (module docstring).
+    ``unknown_gold="skip"`` (module docstring). Without ``options.labels``, a prediction
+    whose ``emotion_probabilities`` name classes that AvaMERG's label sets lack comes from
+    a model with its own labels, which the files do not say: a ``DataError`` asking for
+    them (``--labels``), rather than scores folded onto the wrong classes.
     """
+    from ..data.readers import as_label_sets
+
     options, files = options or ScoreOptions(), files or RecordFiles()
-    labels = options.labels or LabelSets()
+    labels = as_label_sets(options.labels) or LabelSets()
     alignment = align(
         validate_records(predictions, PREDICTION_FIELDS, files.predictions),
         validate_records(references, REFERENCE_FIELDS, files.references),
         options.allow_missing, files.predictions, files.references,
     )
+    if options.labels is None:
+        _check_default_classes([p for p, _ in alignment.pairs], labels, files.predictions)
     pairs, gold, unknown_gold = [], [], []
     for prediction, reference in alignment.pairs:
         gold_class = _gold_class(reference, labels, options.unknown_gold, files.references)
@@ -171,21 +192,86 @@ def score(
         "emotion_accuracy": report["accuracy"],
         "dist_1": text.distinct_n(hypotheses, 1),
         "dist_2": text.distinct_n(hypotheses, 2),
+        **text.repeated_sentences(hypotheses),
     }
     if report.get("macro_f1") is not None:
         metrics["emotion_macro_f1"] = report["macro_f1"]
+    not_applicable: Dict[str, str] = {}
     if any("chain_emotion" in p for p, _ in pairs):
-        chain = [emotion_class(p["chain_emotion"], labels) if p.get("chain_emotion") else None for p, _ in pairs]
-        metrics["chain_emotion_accuracy"] = sum(c == g for c, g in zip(chain, gold)) / len(gold)
+        named = [p.get("chain_emotion") for p, _ in pairs]
+        chain = [emotion_class(n, labels) if n else None for n in named]
+        reason = _chain_not_applicable(named, chain, labels)
+        metrics["chain_emotion_accuracy"] = None if reason else sum(c == g for c, g in zip(chain, gold)) / len(gold)
+        if reason:
+            not_applicable["chain_emotion_accuracy"] = reason
+    if any("chain_of_empathy" in p for p, _ in pairs):
+        metrics["chain_complete_share"] = text.chain_complete_share([p.get("chain_of_empathy") for p, _ in pairs])
     metrics.update(_text_similarity(pairs, options, files))
     metrics.update(_latency(pairs))
-    metrics.update(_media(pairs, gold, predicted, options, files))
+    metrics.update(_profile(pairs, labels, not_applicable))
+    metrics.update(_media(pairs, gold, predicted, options, files, not_applicable))
+    if not_applicable:
+        metrics["not_applicable"] = not_applicable
     metrics["emotion"] = report
     metrics["missing"] = {"without_reference": alignment.without_reference, "without_prediction": alignment.without_prediction}
     if options.unknown_gold == "skip":
         metrics["skipped_unknown_gold"] = len(unknown_gold)
         metrics["missing"]["unknown_gold"] = unknown_gold
     return metrics
+
+
+def _check_default_classes(predictions: Sequence[Mapping[str, Any]], labels: LabelSets, file: Optional[PathLike]) -> None:
+    """Predictions scored under the default label sets must have been made in their
+    classes: a model fine-tuned to others writes its own in ``emotion_probabilities``, and
+    AvaMERG's fold would read its gold labels as other classes without a word."""
+    known = set(labels.emotions)
+    for prediction in predictions:
+        classes = list(prediction.get("emotion_probabilities") or ())
+        if not set(classes) <= known:
+            raise DataError(
+                f"the predictions' emotion classes {preview(classes, 8)} are not the default label sets' "
+                f"{preview(list(labels.emotions), 8)} (AvaMERG's): the model that wrote them has its own labels; "
+                "score with the labels file it was fine-tuned with: --labels LABELS.yaml",
+                file=file, record=f"id {prediction['id']!r}", field="emotion_probabilities",
+            )
+
+
+def _chain_not_applicable(named: Sequence[Optional[str]], classes: Sequence[Optional[str]], labels: LabelSets) -> Optional[str]:
+    """Why the chain's emotion cannot be scored against the label sets' classes (``None``
+    when it can): it names none, or none that the label sets know, as when a chain that
+    names ED's labels is scored under a fine-tuned model's own classes. Where some are
+    known, the unknown ones are simply wrong."""
+    written = [n for n in named if n]
+    if not written:
+        return "no prediction's Chain of Empathy names an emotion"
+    if any(c in labels.emotions for c in classes):
+        return None
+    return (f"the Chain of Empathy names emotions the label sets do not know ({preview(list(dict.fromkeys(written)))}): "
+            f"none is one of their emotions {preview(list(labels.emotions), 8)} nor in their emotion_fold "
+            "(map them there to score the chain)")
+
+
+def _profile(pairs, labels: LabelSets, not_applicable: Dict[str, str]) -> Dict[str, Any]:
+    """Accuracy of each predicted profile attribute against the references'
+    ``listener_profile``, over the pairs that have both; an attribute no reference gives
+    is ``null`` in ``not_applicable``. Values compare in the label sets' spelling."""
+    attributes = list(dict.fromkeys(name for p, _ in pairs for name in (p.get("profile") or {})))
+    if not attributes:
+        return {}
+
+    def spelled(value: str, attribute: str) -> str:
+        return normalize_label(group_value(value, attribute, labels) or "")
+
+    out: Dict[str, Any] = {}
+    for attribute in attributes:
+        both = [(p["profile"][attribute], r["listener_profile"][attribute]) for p, r in pairs
+                if (p.get("profile") or {}).get(attribute) and (r.get("listener_profile") or {}).get(attribute)]
+        correct = sum(spelled(guess, attribute) == spelled(value, attribute) for guess, value in both)
+        out[attribute] = {"accuracy": correct / len(both) if both else None, "correct": correct, "n": len(both)}
+        if not both:
+            not_applicable[f"profile.{attribute}.accuracy"] = (
+                f"no gold values: no scored reference's listener_profile gives the avatar's {attribute}")
+    return {"profile": out}
 
 
 def _gold_class(reference: Mapping[str, Any], labels: LabelSets, unknown_gold: str, file: Optional[PathLike]) -> Optional[str]:
@@ -252,8 +338,10 @@ def _latency(pairs) -> Dict[str, Any]:
                         "seconds_median": statistics.median(seconds)}}
 
 
-def _media(pairs, gold, predicted, options: ScoreOptions, files: RecordFiles) -> Dict[str, Any]:
-    """How many predictions carry media, and with ``multimodal`` the blocks scoring it."""
+def _media(pairs, gold, predicted, options: ScoreOptions, files: RecordFiles,
+           not_applicable: Dict[str, str]) -> Dict[str, Any]:
+    """How many predictions carry media, and with ``multimodal`` the blocks scoring it (the
+    FER metrics that cannot apply named in ``not_applicable``)."""
     with_audio = sum(bool(p.get("audio")) for p, _ in pairs)
     with_video = sum(bool(p.get("video")) for p, _ in pairs)
     out: Dict[str, Any] = {}
@@ -265,13 +353,36 @@ def _media(pairs, gold, predicted, options: ScoreOptions, files: RecordFiles) ->
         def folder(given, file):
             return given if given is not None or file is None else Path(file).parent
 
+        # FER reads AvaMERG's classes, and ED's labels fold onto them by design; a model's own
+        # class ('calm') is not read through that fold (as happy), it is left out.
+        faces_gold = [g if g in EMOTION_LABELS or g in ED_EMOTIONS else None for g in gold]
         blocks = score_multimodal(
-            [p for p, _ in pairs], gold, predicted, base_dir=folder(files.predictions_media, files.predictions),
+            [p for p, _ in pairs], faces_gold, predicted, base_dir=folder(files.predictions_media, files.predictions),
             predictions_file=files.predictions, models=options.multimodal_models, progress=options.progress,
             references=[r for _, r in pairs], references_dir=folder(files.references_media, files.references),
             references_file=files.references,
         )
         out.update(json_ready(blocks))
+        not_applicable.update(_fer_not_applicable(out, gold, predicted))
+    return out
+
+
+def _fer_not_applicable(blocks: Mapping[str, Any], gold: Sequence[str], predicted: Sequence[str]) -> Dict[str, str]:
+    """Why the FER metrics of the multimodal blocks are ``null`` where no clip has an
+    emotion FER reads (a model's own classes)."""
+    from .fer import FER_TO_EMPATHEIA
+
+    readable = preview(sorted(FER_TO_EMPATHEIA.values()), 8)
+    video, consistency = blocks.get("video") or {}, blocks.get("consistency") or {}
+    out = {}
+    if video.get("count") and not video.get("facial_emotion_scored"):
+        out["video.facial_emotion_accuracy"] = (
+            f"no clip's gold emotion is one FER reads ({readable}, or an EmpatheticDialogues label): "
+            f"the gold emotions are {preview(sorted(set(gold)), 8)}")
+    if "text_video_count" in consistency and not consistency["text_video_count"]:
+        out["consistency.text_video_emotion_agreement"] = (
+            f"no clip's predicted emotion is one FER reads ({readable}): the predicted emotions are "
+            f"{preview(sorted(set(predicted)), 8)}")
     return out
 
 

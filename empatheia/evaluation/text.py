@@ -9,12 +9,15 @@ is cached in a module global.
   accuracy, macro-F1, the confusion matrix, and accuracy broken down by any grouping
   (age, gender: Figure 6), on the 32 EmpatheticDialogues labels or the 7 AvaMERG classes.
 * :func:`distinct` -- Dist-1 / Dist-2 (eqs. 24-25) over the whole corpus of responses.
+* :func:`repeated_sentences` -- the share of responses that say one sentence twice.
 * :func:`corpus_bleu` -- corpus BLEU-1..4 with brevity penalty and optional smoothing,
   one or more references per example (n-gram statistics from sacreBLEU).
 * :class:`TokenMatchScorer` / :func:`token_match_score` -- a BERTScore-style greedy
   matching of contextual token embeddings, on the packaged all-MiniLM-L6-v2 encoder.
 * :func:`polarity_scores` -- the emotion / sentiment / empathy polarity metrics of
   Gai et al. (§5.1), with VADER for sentiment and an offline lexicon for emotions.
+* :func:`chain_complete_share` -- the share of answers whose Chain of Empathy names all
+  four steps.
 
 Conventions shared by all metrics
 ---------------------------------
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optio
 import numpy as np
 
 from ..labels import ED_EMOTIONS, EMOTION_LABELS, UnknownEmotionError, fold_emotion, normalize_label
+from ..prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete, parse_chain
 
 if TYPE_CHECKING:
     import torch
@@ -54,6 +58,7 @@ __all__ = [
     "LexiconEmotion",
     "TokenMatchScorer",
     "VaderSentiment",
+    "chain_complete_share",
     "corpus_bleu",
     "distinct",
     "distinct_n",
@@ -61,6 +66,8 @@ __all__ = [
     "emotion_report",
     "packaged_minilm_dir",
     "polarity_scores",
+    "repeated_sentences",
+    "sentences",
     "token_match_score",
     "tokenize",
 ]
@@ -345,6 +352,40 @@ def distinct(
         result[f"unique_{n}"] = unique
         result[f"total_{n}"] = len(grams)
     return result
+
+
+# Where a sentence ends: a run of . ! ? or an ellipsis before a space or the end of the
+# text (so "3.5" and "e.g.x" stay whole), or a line break.
+_SENTENCE_END = re.compile(r"[.!?\u2026]+(?=\s|$)|\n+")
+
+
+def sentences(text: str) -> List[str]:
+    """The sentences of ``text``, each normalised: its words (:func:`tokenize`, lower
+    case) without punctuation, joined by single spaces; empty ones left out.
+    ``"Congratulations!  congratulations."`` -> ``["congratulations", "congratulations"]``.
+    """
+    out = []
+    for part in _SENTENCE_END.split(text):
+        words = [t for t in tokenize(part) if not re.fullmatch(r"[^\w\s]", t)]
+        if words:
+            out.append(" ".join(words))
+    return out
+
+
+def repeated_sentences(responses: Sequence[str]) -> Dict[str, Optional[float]]:
+    """How many responses say a sentence twice: a degenerate loop of the decoder
+    ("Congratulations! Congratulations! Congratulations!"), which Dist-n only dilutes.
+
+    A response repeats when two of its :func:`sentences` are equal after normalising case,
+    punctuation and white space; two different sentences are no repeat, and nothing is
+    compared across responses. Returns ``repeated_sentence_share`` (repeating responses /
+    responses; ``None`` for no responses) and ``repeated_sentence_count``.
+    """
+    count = 0
+    for response in responses:
+        said = sentences(response)
+        count += len(set(said)) < len(said)
+    return {"repeated_sentence_share": count / len(responses) if responses else None, "repeated_sentence_count": count}
 
 
 # ---------------------------------------------------------------------------------------
@@ -943,3 +984,30 @@ def polarity_scores(
         "emotion_model": getattr(emotion, "name", repr(emotion)),
         "history_sentiment": history_sentiment,
     }
+
+
+# ---------------------------------------------------------------------------------------
+# 6. Chain of Empathy
+# ---------------------------------------------------------------------------------------
+
+Answer = Union[None, str, Mapping[str, object], ChainOfEmpathy]
+
+
+def chain_complete_share(answers: Sequence[Answer]) -> Optional[float]:
+    """Share of answers whose Chain of Empathy names all four steps of the paper (event
+    scenario, the speaker's emotion, the emotion's cause, the goal of the response), each
+    non-empty. An answer is its generated text (read with
+    :func:`~empatheia.prompts.parse_chain`), its chain as a mapping of the four fields (a
+    prediction's ``chain_of_empathy``) or a :class:`~empatheia.prompts.ChainOfEmpathy`;
+    ``None`` is an answer without a chain. ``None`` over no answers."""
+    if not answers:
+        return None
+    return sum(chain_is_complete(_as_chain(a)) for a in answers) / len(answers)
+
+
+def _as_chain(answer: Answer) -> Optional[ChainOfEmpathy]:
+    if answer is None or isinstance(answer, ChainOfEmpathy):
+        return answer
+    if isinstance(answer, str):
+        return parse_chain(answer)[0]
+    return ChainOfEmpathy(**{name: answer.get(name) for name, _ in CHAIN_STEPS})

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, TextIO
 
+from ..decoding import Decoding
 from ..dialogue import Turn
 from ..loading import WritingProgress
 from .conversation import Conversation, TurnUpdate, answer_turn
@@ -44,13 +45,16 @@ class Chat:
         player: a command line that plays a WAV file given after it, or ``None``.
         user: who is talking (a system with a memory, E3RG, keeps their turns under it
             across sessions).
+        decoding: how the answers are written (:class:`~empatheia.decoding.Decoding`;
+            default: greedy with the config's repetition control).
     """
 
     def __init__(self, model, out: Path, speak: bool = False, animate: bool = False,
                  player: Optional[List[str]] = None, max_new_tokens: Optional[int] = None,
                  limits: UploadLimits = UploadLimits(), write: Callable[[str], None] = print,
-                 user: Optional[str] = None):
+                 user: Optional[str] = None, decoding: Optional[Decoding] = None):
         self.model, self.speak, self.animate = model, speak or animate, animate
+        self.decoding = decoding
         self.player, self.max_new_tokens, self.limits, self.write = player, max_new_tokens, limits, write
         self.conversation = Conversation(Path(out), user=user)
         self.conversation.folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +108,7 @@ class Chat:
         writing = WritingProgress("the avatar is writing")
         try:
             for update in answer_turn(self.model, self.conversation, turn, self.speak, self.animate,
-                                      self.max_new_tokens, progress=writing):
+                                      self.max_new_tokens, progress=writing, decoding=self.decoding):
                 if update.stage == "text":
                     writing.done()
                 self.show(update)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional
 
+from ..decoding import Decoding
 from ..dialogue import Dialogue, Turn
 from ..response import EmpatheticResponse
 
@@ -105,12 +106,14 @@ def answer_turn(
     animate: bool = True,
     max_new_tokens: Optional[int] = None,
     progress: Optional[Callable[[int], None]] = None,
+    decoding: Optional[Decoding] = None,
 ) -> Iterator[TurnUpdate]:
     """Answer ``user_turn`` with ``model`` (an :class:`~empatheia.Empatheia`), writing the
     files into ``conversation.turn_folder(n)`` as each part is ready and handing over an
     update after each. The conversation takes the turn only once it is done, so a turn
     that fails leaves it as it was. ``progress`` is called with the number of tokens
-    written so far while the text is being written."""
+    written so far while the text is being written; ``decoding`` says how the text is
+    written (default: greedy with the config's repetition control)."""
     number = conversation.answered + 1
     folder = conversation.turn_folder(number)
     folder.mkdir(parents=True, exist_ok=True)
@@ -118,7 +121,7 @@ def answer_turn(
     start, seconds = time.perf_counter(), {}
     stages = model.respond_in_stages(
         dialogue, max_new_tokens=max_new_tokens, speak=speak, animate=animate, avatar=conversation.avatar,
-        progress=progress,
+        progress=progress, **(decoding or Decoding()).kwargs(),
     )
     response = None
     for stage, response in stages:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
+from ..config_loader import PRESETS_PACKAGE as CONFIGS_PACKAGE
 from ..config_loader import ConfigError, load_dataclass, parse_sets, read_yaml_mapping
 from ..stages import STAGES, VARIANT_STAGES, get_stage
 
@@ -26,12 +28,15 @@ _RETIRED_KEYS = ("recipe",)
 
 @dataclass
 class ModelSection:
-    preset: str = "tiny"
+    preset: Optional[str] = "tiny"
     """The preset a stage-1 run builds; later stages check that their starting point was
-    trained from the same preset."""
+    trained from the same preset (``null``: whichever ``init`` was)."""
     init: Optional[str] = None
-    """Where to start: the previous stage's output directory (its ``final/`` is loaded) or
-    a directory written by ``save_pretrained``. Required from stage 2 on."""
+    """Where to start: the previous stage's output directory (its ``final/`` is loaded), a
+    directory written by ``save_pretrained``, or a preset's name (``small``, ``tiny``,
+    ``paper``: its trained model, as ``Empatheia.from_preset(name)`` gives it, with the
+    weights the package ships for it) where no folder of that name exists. Required from
+    stage 2 on."""
     overrides: Dict[str, Any] = field(default_factory=dict)
     """Dotted model config keys, e.g. ``language_model.pretrained: /models/vicuna-7b``."""
     dtype: Optional[str] = None
@@ -58,7 +63,7 @@ class DataSection:
     eval_gold_features: Optional[str] = None
     labels: Optional[str] = None
     """A YAML of the dataset's own label sets (``emotions``, ``profile``,
-    ``emotion_fold``); default: the model's."""
+    ``emotion_fold``, ``emotion_fold_replace``); default: the model's."""
     media_cache: Optional[str] = None
     text_only_share: float = 0.0
     """Stage 4: the share of training examples (chosen by a hash of their id, so the same
@@ -163,6 +168,8 @@ class TrainConfig:
             raise bad("mixed_precision", f"must be auto, bf16, fp16 or no, got {self.mixed_precision!r}")
         if self.data.on_error not in ("raise", "skip"):
             raise bad("data.on_error", f"must be raise or skip, got {self.data.on_error!r}")
+        if self.model.preset is None and self.model.init is None:
+            raise bad("model.preset", "null needs model.init (the preset is then that of the model it names)")
         if self.model.variant and get_stage(self.stage).system == "empatheia":
             raise bad("model.variant", f"stage {self.stage} trains Empatheia's model, which has no variant options")
         if self.model.dtype not in (None, "bfloat16", "float16", "float32"):
@@ -176,13 +183,29 @@ class TrainConfig:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
+def find_config_file(path: Union[str, Path], key: str = "config") -> Path:
+    """``path`` where it is a file (relative to the current folder), else the config of
+    that name the package ships as ``empatheia.configs``: ``configs/train/x.yaml`` (as the
+    docs write it, from the repository) is the packaged ``train/x.yaml``, so the same
+    command works from any folder. ``key`` names the path in the error."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    parts = path.parts[1:] if path.parts[:1] == ("configs",) else path.parts
+    if not path.is_absolute() and parts:
+        packaged = resources.files(CONFIGS_PACKAGE).joinpath(*parts)
+        if packaged.is_file():
+            return Path(str(packaged))
+    where = f" nor among the configs the package ships ({'/'.join(parts)} in {CONFIGS_PACKAGE})" if not path.is_absolute() else ""
+    raise ConfigError(f"{key}: {path} not found in {Path.cwd()}{where}")
+
+
 def load_train_config(path: Union[str, Path], sets: Sequence[str] = ()) -> TrainConfig:
     """Read a stage config and apply ``--set`` items, ``key=value`` with YAML values
     (``1e-4``, ``null``, ``[0.9, 0.95]``). Unknown keys and malformed values are errors
-    naming the file or ``--set``, and the key."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
+    naming the file or ``--set``, and the key. A ``path`` that is not a file here may name
+    a packaged config (:func:`find_config_file`)."""
+    path = find_config_file(path)
     data = read_yaml_mapping(path)
     for key in _RETIRED_KEYS:
         data.pop(key, None)

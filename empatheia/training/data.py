@@ -58,6 +58,9 @@ def build_stage_data(config: TrainConfig, processor, labels: LabelSets) -> Stage
 
     def dataset(path: str, features: Optional[str], role: str) -> StageDataset:
         store = _open_store(features, f"data.{'gold_features' if role == 'train' else 'eval_gold_features'}")
+        if store is not None:
+            _check_feature_sizes(store, processor.config, path, data.labels,
+                                 f"data.{'gold_features' if role == 'train' else 'eval_gold_features'}")
         corpus = read_dataset(
             path,
             format=data.format,
@@ -99,6 +102,28 @@ def _open_store(path: Optional[str], key: str) -> Optional[GoldFeatureStore]:
         return GoldFeatureStore(path)
     except (FileNotFoundError, GoldFeatureStoreError) as error:
         raise ConfigError(f"{key}: {error}") from None
+
+
+def _check_feature_sizes(store: GoldFeatureStore, config, data_file: str, labels: Optional[str], key: str) -> None:
+    """The store's features must have the widths the model's heads write: features
+    extracted for another preset's generators (``tiny``'s for ``small``) are refused here,
+    with the command that extracts the right ones, rather than at the first loss."""
+    cs, sd = config.content_synchronizer, config.style_disentangler
+    expected = {"speech_content": cs.speech_content_dim, "video_content": cs.video_content_dim,
+                "speech_style": sd.speech_style_dim, "video_style": sd.video_style_dim}
+    found = {name: summary.get("dim") for name, summary in store.manifest.get("features", {}).items()}
+    wrong = [f"{name} {width} values (found {found[name]})" for name, width in expected.items()
+             if found.get(name) is not None and found[name] != width]
+    if not wrong:
+        return
+    model = config.preset or "MODEL_DIR"
+    read_with = f" --labels {labels}" if labels else ""
+    raise ConfigError(
+        f"{key}: {store.path} holds gold features of other sizes than the {config.preset or 'trained'} model reads: "
+        f"it expects {', '.join(wrong)}; they were extracted for another model's generators. Re-extract them into a "
+        f"new folder with `empatheia data extract-features {data_file}{read_with} --out {store.path}-{config.preset or 'model'} "
+        f"--generators-of {model}` and set {key} to it"
+    )
 
 
 def _with_stage_targets(

@@ -11,13 +11,12 @@ import json
 import os
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
 import torch.distributed as dist
 
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, find_config_file
 
 _LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 # Set beside the launcher variables when this module made them up for a lone process:
@@ -138,10 +137,8 @@ def deepspeed_config(config: TrainConfig, world_size: int, precision: str) -> Di
         ds: Dict[str, Any] = {"zero_optimization": {"stage": 0}}
         source = "the default DeepSpeed config"
     else:
-        path = Path(config.deepspeed)
-        source = str(path)
-        if not path.is_file():
-            raise ConfigError(f"deepspeed: {path} not found")
+        path = find_config_file(config.deepspeed, "deepspeed")
+        source = str(config.deepspeed)
         try:
             ds = json.loads(path.read_text())
         except json.JSONDecodeError as error:

@@ -19,11 +19,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..errors import SkippedSample
+from ..io import write_text_atomic
 from ..modeling import Empatheia
 from ..stages import get_stage
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig
 from .data import StageData, eval_batches, to_device, train_loader
+from .start import FAILED_NAME
 from .distributed import (
     ProcessInfo,
     all_reduce_mean,
@@ -70,12 +72,33 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     With ``resume``, continue from the newest complete checkpoint; a resumed run ends with
     the weights an uninterrupted one would have.
     """
-    import deepspeed
-
     proc = init_processes()
     _seed_everything(config.seed + proc.rank)
     output_dir = Path(config.output_dir)
     start_from = _prepare_output_dir(output_dir, config, resume, proc)
+    state = ckpt.TrainerState()
+    try:
+        return _train(config, model, data, proc, output_dir, start_from, state, resume)
+    except Exception as error:
+        # A later stage or --resume reads this rather than guessing from a folder without final/.
+        _record_failure(output_dir, error, state)
+        raise
+
+
+def _train(
+    config: TrainConfig,
+    model: Empatheia,
+    data: StageData,
+    proc: ProcessInfo,
+    output_dir: Path,
+    start_from: Optional[Path],
+    state: ckpt.TrainerState,
+    resume: bool,
+) -> TrainResult:
+    """The run itself, from ``start_from`` (a checkpoint) or the start; ``state`` is
+    updated in place as it goes, so a failure can say where it happened."""
+    import deepspeed
+
     precision = resolve_precision(config, proc.device)
     ds_config = deepspeed_config(config, proc.world_size, deepspeed_precision(precision, proc.device))
 
@@ -88,10 +111,10 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
     scheduler = _scheduler(optimizer, config)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config)
 
-    state = ckpt.TrainerState()
     skips = _SkippedSteps(config.max_consecutive_skipped_steps)
     if start_from is not None:
-        state, skips.in_a_row = _restore(start_from, engine, model, proc, ds_config)
+        restored, skips.in_a_row = _restore(start_from, engine, model, proc, ds_config)
+        vars(state).update(vars(restored))
     log = _RunLog(output_dir, config, proc)
     log.note(
         f"stage {config.stage}, {get_stage(config.stage).title}: {len(data.train)} training examples, "
@@ -99,6 +122,7 @@ def train(config: TrainConfig, model: Empatheia, data: StageData, resume: bool =
         f"{config.optim.gradient_accumulation_steps} accumulation, precision {precision}, "
         f"ZeRO stage {zero_stage(ds_config)}"
         + (f"; resuming from {start_from.name}" if start_from is not None else "")
+        + ("; nothing to resume in this output_dir, so it starts at step 0" if resume and start_from is None else "")
     )
     log.skipped(data.skipped.skipped)
 
@@ -522,6 +546,7 @@ def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, pro
     if proc.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         ckpt.remove_partial_checkpoints(output_dir)
+        (output_dir / FAILED_NAME).unlink(missing_ok=True)
         config.save_yaml(saved_config)
         if existing is None:
             for name in (METRICS_NAME, SKIPPED_NAME):
@@ -530,6 +555,23 @@ def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, pro
             ckpt.truncate_metrics(output_dir / METRICS_NAME, ckpt.TrainerState.load(existing / ckpt.STATE_NAME).step)
     barrier()
     return existing
+
+
+def _record_failure(output_dir: Path, error: Exception, state: ckpt.TrainerState) -> None:
+    """Write :data:`~empatheia.training.start.FAILED_NAME` into ``output_dir``: the error's
+    first line, the step it stopped at and the last complete checkpoint, for the next
+    stage's ``model.init`` to report. Any process that fails writes it (the same record),
+    so a failure on one rank of many is recorded too."""
+    if not output_dir.is_dir():
+        return
+    first_line = (str(error).strip().splitlines() or [""])[0]
+    described = f"{type(error).__name__}: {first_line}" if first_line else type(error).__name__
+    last = ckpt.latest_checkpoint(output_dir)
+    record = {"error": described[:500], "step": state.step, "last_checkpoint": last.name if last else None}
+    try:
+        write_text_atomic(output_dir / FAILED_NAME, json.dumps(record, indent=1) + "\n")
+    except OSError:
+        pass  # a full disk must not hide the error that stopped the run
 
 
 def _strict_json_row(row: Dict[str, object]) -> Dict[str, object]:

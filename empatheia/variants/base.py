@@ -21,6 +21,7 @@ from ..responding import Responder
 from ..response import EmpatheticResponse
 
 if TYPE_CHECKING:
+    from ..decoding import Decoding
     from ..modeling import Empatheia
 
 
@@ -60,15 +61,15 @@ class VariantSystem(Responder):
     def _network(self) -> torch.nn.Module:
         return self.model
 
-    def _answer(self, items, max_new_tokens, do_sample, temperature, top_p, speech_lengths, speak, progress=None):
+    def _answer(self, items, max_new_tokens, decoding, speech_lengths, speak, progress=None):
         if speech_lengths is not None:
             raise ValueError(f"{self.name} has no Content Synchronizer: the speech generator decides the lengths")
-        return self.answer(items, max_new_tokens, do_sample, temperature, top_p, progress)
+        return self.answer(items, max_new_tokens, decoding, progress)
 
-    def answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], do_sample: bool, temperature: float,
-               top_p: float, progress: Optional[Callable[[int], None]] = None) -> List[EmpatheticResponse]:
-        """The responses' text, emotions and styles (no media yet); ``progress`` as for
-        :meth:`respond`."""
+    def answer(self, items: Sequence[Dialogue], max_new_tokens: Optional[int], decoding: "Decoding",
+               progress: Optional[Callable[[int], None]] = None) -> List[EmpatheticResponse]:
+        """The responses' text, emotions and styles (no media yet), written with
+        ``decoding``; ``progress`` as for :meth:`respond`."""
         raise NotImplementedError
 
 

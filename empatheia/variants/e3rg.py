@@ -70,12 +70,11 @@ class E3RGSystem(VariantSystem):
         its own voice (a user's audio is never a voice here)."""
         return self.memory.avatars
 
-    def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p,
-               progress=None) -> List[EmpatheticResponse]:
+    def answer(self, items: Sequence[Dialogue], max_new_tokens, decoding, progress=None) -> List[EmpatheticResponse]:
         prompts = [self.memory.with_recalled(d, self.recall) for d in items]
         # The language core's answer with its chain; its second pass gives the chain
         # emotion's probabilities (the chain's vote), and its heads' features go unused.
-        answers = self.model.respond(prompts, max_new_tokens, do_sample, temperature, top_p, progress=progress)
+        answers = self.model.respond(prompts, max_new_tokens, progress=progress, **decoding.kwargs())
         speech_content, video_content = no_content(self.model.config)
         responses, votes = [], []
         for dialogue, answer in zip(items, answers):

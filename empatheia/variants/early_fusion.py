@@ -249,11 +249,10 @@ class EarlyFusionSystem(PipelineSystem):
         self.fusion.to(*args, **kwargs)
         return self
 
-    def write(self, items, max_new_tokens, do_sample, temperature, top_p, progress=None):
+    def write(self, items, max_new_tokens, decoding, progress=None):
         prefix = self.fusion.prefix(self.fusion.inference_batch(items, PromptMode.PIPELINE))
-        return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                        reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, prefix=prefix,
-                                        progress=progress)
+        return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, decoding, reserve_signals=False,
+                                        score_steps=EMOTION_STEP_LIMIT, prefix=prefix, progress=progress)
 
 
 def _imagebind(options: EarlyFusionOptions):

@@ -42,6 +42,7 @@ import torch
 from peft import LoraConfig
 from torch import nn
 
+from ..decoding import Decoding
 from ..dialogue import Dialogue
 from ..prompts import ChainOfEmpathy, PromptMode
 from ..stages import Stage, get_stage
@@ -204,16 +205,18 @@ class MeriaModel(PrefixModel):
         return {"loss": loss, "loss_emp": loss}
 
 
-    def write_chains(self, items: Sequence[Dialogue], prefix: Optional[torch.Tensor] = None, do_sample: bool = False,
-                     temperature: float = 0.7, top_p: float = 0.9,
+    def write_chains(self, items: Sequence[Dialogue], prefix: Optional[torch.Tensor] = None,
+                     decoding: Optional[Decoding] = None,
                      progress: Optional[Callable[[int], None]] = None) -> List[MultimodalChain]:
         """The M-CoE LLM's multimodal chain of each dialogue (``prefix``: their soft
-        prompts, when already computed; ``progress`` as for ``respond``)."""
+        prompts, when already computed; ``decoding``: greedy by default, and the
+        repetition control, which reaches replies only, leaves the chain alone;
+        ``progress`` as for ``respond``)."""
         if prefix is None:
             prefix = self.prefix(self.inference_batch(items, PromptMode.MCOE))
         with self.adapter("default"):
-            written = self.core.generate_text(items, PromptMode.MCOE, self.options.chain_tokens, do_sample, temperature,
-                                              top_p, reserve_signals=False, prefix=prefix, progress=progress)
+            written = self.core.generate_text(items, PromptMode.MCOE, self.options.chain_tokens, decoding,
+                                              reserve_signals=False, prefix=prefix, progress=progress)
         return [parse_mcoe(text) for text in written.texts]
 
 
@@ -255,23 +258,22 @@ class MeriaSystem(PipelineSystem):
         self.meria.to(*args, **kwargs)
         return self
 
-    def write(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p, progress=None):
+    def write(self, items: Sequence[Dialogue], max_new_tokens, decoding, progress=None):
         meria, core = self.meria, self.model
         prefix = meria.prefix(meria.inference_batch(items, PromptMode.MCOE))
         if not meria.options.use_mcoe:
             self.last_chains = [None] * len(items)
             with meria.adapter(RESPONSE_ADAPTER):
-                return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                          reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, prefix=prefix,
-                                          progress=progress)
-        self.last_chains = meria.write_chains(items, prefix, do_sample, temperature, top_p, progress)
+                return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, decoding, reserve_signals=False,
+                                          score_steps=EMOTION_STEP_LIMIT, prefix=prefix, progress=progress)
+        self.last_chains = meria.write_chains(items, prefix, decoding, progress)
         with meria.adapter(RESPONSE_ADAPTER):
-            return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                      reserve_signals=False, score_steps=EMOTION_STEP_LIMIT,
-                                      notes=[chain_notes(c) for c in self.last_chains], progress=progress)
+            return core.generate_text(items, PromptMode.PIPELINE, max_new_tokens, decoding, reserve_signals=False,
+                                      score_steps=EMOTION_STEP_LIMIT, notes=[chain_notes(c) for c in self.last_chains],
+                                      progress=progress)
 
-    def answer(self, items, max_new_tokens, do_sample, temperature, top_p, progress=None):
-        written = self.write(items, max_new_tokens, do_sample, temperature, top_p, progress)
+    def answer(self, items, max_new_tokens, decoding, progress=None):
+        written = self.write(items, max_new_tokens, decoding, progress)
         chains = preambles = None
         if self.meria.options.use_mcoe:
             chains = [c.chain or ChainOfEmpathy(raw=c.raw, parsed=False) for c in self.last_chains]

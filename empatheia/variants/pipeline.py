@@ -70,20 +70,18 @@ class PipelineSystem(VariantSystem):
     title = "Pipeline baseline"
     """How the page and the records name the system that answered."""
 
-    def answer(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p,
-               progress=None) -> List[EmpatheticResponse]:
-        written = self.write(items, max_new_tokens, do_sample, temperature, top_p, progress)
+    def answer(self, items: Sequence[Dialogue], max_new_tokens, decoding, progress=None) -> List[EmpatheticResponse]:
+        written = self.write(items, max_new_tokens, decoding, progress)
         return self.package(items, written)
 
-    def write(self, items: Sequence[Dialogue], max_new_tokens, do_sample, temperature, top_p,
-              progress=None) -> GeneratedText:
+    def write(self, items: Sequence[Dialogue], max_new_tokens, decoding, progress=None) -> GeneratedText:
         """The meta-response of each dialogue, with the logits of its first
         :data:`EMOTION_STEP_LIMIT` steps (the written emotion's distribution). MERIA and
         early fusion write the same target from a language core that reads more."""
         if not self.model.training:
             self.model.merge_adapter()  # its one adapter: answer at the base model's speed
-        return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, do_sample, temperature, top_p,
-                                        reserve_signals=False, score_steps=EMOTION_STEP_LIMIT, progress=progress)
+        return self.model.generate_text(items, PromptMode.PIPELINE, max_new_tokens, decoding, reserve_signals=False,
+                                        score_steps=EMOTION_STEP_LIMIT, progress=progress)
 
     def package(self, items: Sequence[Dialogue], written: GeneratedText,
                 chains: Optional[Sequence[Optional[ChainOfEmpathy]]] = None,

@@ -1,0 +1,76 @@
+"""The Chain-of-Empathy targets of an EmpatheticDialogues file, before and after the
+rule-built steps of ``empatheia.chain_targets``.
+
+    python bench/chain_targets.py --ed ../shared/data/ed/ed_valid_conversations.jsonl
+
+Reads the file as training does (one example per listener turn) and prints, for the old
+targets (the situation as the event, the emotion; no cause, no goal) and the new ones:
+the share of targets naming all four steps; the share whose event equals the speaker's
+first utterance, contains it word for word, or nearly copies it (difflib's word-sequence
+ratio 0.8 or more); and the average words per step. Then five examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from pathlib import Path
+from statistics import fmean
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from empatheia.data import read_dataset  # noqa: E402
+from empatheia.prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete  # noqa: E402
+
+NEAR_COPY = 0.8
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def measure(chains, first_utterances):
+    """Shares and average lengths of ``chains`` against each example's first speaker turn."""
+    events = [_norm(c.event_scenario or "") for c in chains]
+    firsts = [_norm(u) for u in first_utterances]
+    out = {
+        "all four steps": fmean(chain_is_complete(c) for c in chains),
+        "event == first utterance": fmean(e == u for e, u in zip(events, firsts)),
+        "event contains first utterance": fmean(bool(e) and u in e for e, u in zip(events, firsts)),
+        f"event near copy (ratio >= {NEAR_COPY})": fmean(
+            difflib.SequenceMatcher(None, e.split(), u.split()).ratio() >= NEAR_COPY for e, u in zip(events, firsts)),
+    }
+    for name, _ in CHAIN_STEPS:
+        out[f"words: {name}"] = fmean(len((getattr(c, name) or "").split()) for c in chains)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ed", type=Path, required=True, help="an ed-conversations JSONL file")
+    parser.add_argument("--examples", type=int, default=5)
+    args = parser.parse_args()
+    corpus = read_dataset(args.ed)
+    dialogues = corpus.dialogues
+    firsts = [next(t.text for t in d.turns if t.role == "speaker") for d in dialogues]
+    # The targets before: ED's situation as the event, the emotion, nothing else.
+    before = [ChainOfEmpathy(event_scenario=(d.context or "").strip() or None, speaker_emotion=d.emotion)
+              for d in dialogues]
+    after = [d.chain for d in dialogues]
+    old, new = measure(before, firsts), measure(after, firsts)
+    print(f"{len(dialogues)} examples of {corpus.conversations} conversations ({args.ed.name})")
+    print(f"{'':44} {'before':>8} {'after':>8}")
+    for key in old:
+        unit = "{:8.3f}" if key.startswith("words") else "{:8.1%}"
+        print(f"{key:44} {unit.format(old[key])} {unit.format(new[key])}")
+    step = max(1, len(dialogues) // args.examples)
+    for d in dialogues[::step][: args.examples]:
+        print(f"\n[{d.id}] situation: {d.context}")
+        print(f"  speaker's last turn: {[t.text for t in d.turns if t.role == 'speaker'][-1]}")
+        for name, label in CHAIN_STEPS:
+            print(f"  {label}: {getattr(d.chain, name)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,405 @@
+"""Rule-built Chain-of-Empathy targets for data that lacks steps of the chain.
+
+The paper had GPT-4 write each ED utterance's event scenario, emotion cause and goal to
+response (Appendix, "Augmenting the ED dataset"); the released AvaMERG training data
+carries them as ``chain_of_empathy``. EmpatheticDialogues itself gives only a situation
+prompt, the speaker's turns and an emotion label, so this module builds the missing steps
+from those with a few deterministic rules (no model), in the paper's short style:
+
+==============  =========================================  ===================================
+step            built from                                 rule
+==============  =========================================  ===================================
+event scenario  the situation (else the speaker's first     its first sentence of three words
+                turn)                                      or more, without fillers ("so,",
+                                                           "well,") and a leading subordinate
+                                                           clause, in the third person,
+                                                           trimmed to :data:`EVENT_WORDS`
+emotion         the emotion label                          as it is
+emotion cause   the situation, then the speaker's turns    the first causal clause
+                                                           ("because ...", "due to ...", an
+                                                           emotion word then "that/about/of/
+                                                           when/after ...", "..., so I"), in
+                                                           the third person; else the event's
+                                                           first clause, "..., which made
+                                                           them feel <emotion>"
+goal            the emotion and the speaker's last turn    :data:`GOALS` of the label (else of
+                                                           its class); a question in the last
+                                                           turn asks for an answer, a request
+                                                           for advice for advice, first
+==============  =========================================  ===================================
+
+Third person: the first reference to the speaker ("I", "me", "my") becomes "the speaker"
+/ "the speaker's" (its verb agreeing: "I am" -> "the speaker is", "I feel" -> "the speaker
+feels"), later ones "they" / "them" / "their"; "we", "us", "our" become "they", "them",
+"their". An event with no first-person word at all is framed as "The speaker mentions
+that ...", so that it reads as told about the speaker, not by them.
+
+Steps a record already has are kept exactly as they are (:func:`complete_chain`).
+``bench/chain_targets.py`` measures the targets on an ED file (docs/data.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import List, Optional, Sequence
+
+from .labels import EMOTION_FOLD, normalize_label
+from .prompts import ChainOfEmpathy, chain_is_complete
+
+EVENT_WORDS = 18
+"""An event scenario keeps at most this many words (cut at a clause boundary if one falls
+in the second half, else after the limit)."""
+CAUSE_WORDS = 12
+"""An emotion cause keeps at most this many words (cut the same way)."""
+
+# The goal of the response per emotion, in the paper's style ("Alleviating fear",
+# "Validate the speaker's embarrassment, providing reassurance and comfort"): ED's 32
+# labels, then the 7 classes of the emotion fold for any other label.
+GOALS = {
+    # loss and sadness ask for comfort
+    "sad": "Comforting the speaker and showing understanding of their sadness",
+    "devastated": "Offering comfort and sympathy for the speaker's pain",
+    "lonely": "Offering the speaker company and comfort in their loneliness",
+    "disappointed": "Acknowledging the speaker's disappointment and offering encouragement",
+    "nostalgic": "Sharing the speaker's fond memories and showing interest in them",
+    "sentimental": "Honouring the speaker's memories and showing understanding",
+    # self-conscious feelings ask for reassurance without judgement
+    "embarrassed": "Validating the speaker's embarrassment and providing reassurance",
+    "ashamed": "Easing the speaker's shame and offering reassurance",
+    "guilty": "Easing the speaker's guilt without judging them",
+    # fear and worry ask for reassurance
+    "afraid": "Alleviating the speaker's fear and offering reassurance",
+    "terrified": "Alleviating the speaker's fear and offering reassurance",
+    "anxious": "Easing the speaker's anxiety and offering reassurance",
+    "apprehensive": "Easing the speaker's worry and offering encouragement",
+    # anger and disgust ask to be heard
+    "angry": "Acknowledging the speaker's anger and validating their feelings",
+    "furious": "Acknowledging the speaker's anger and validating their feelings",
+    "annoyed": "Acknowledging the speaker's frustration and showing understanding",
+    "disgusted": "Validating the speaker's disgust and showing understanding",
+    "jealous": "Acknowledging the speaker's jealousy and affirming their own worth",
+    # success and joy ask to be shared
+    "proud": "Sharing the speaker's pride and acknowledging their achievement",
+    "joyful": "Sharing the speaker's joy",
+    "excited": "Sharing the speaker's excitement",
+    "content": "Sharing the speaker's contentment and affirming their good feelings",
+    "grateful": "Acknowledging the speaker's gratitude and sharing their appreciation",
+    "impressed": "Sharing the speaker's admiration",
+    "surprised": "Sharing the speaker's surprise and showing interest in what happened",
+    # confidence and hope ask for encouragement
+    "confident": "Affirming the speaker's confidence and encouraging them",
+    "hopeful": "Encouraging the speaker's hope",
+    "anticipating": "Sharing the speaker's anticipation and encouraging them",
+    "prepared": "Affirming the speaker's readiness and encouraging them",
+    "trusting": "Affirming the speaker's trust and showing understanding",
+    "faithful": "Affirming the speaker's loyalty and commitment",
+    "caring": "Appreciating the speaker's care for others",
+    # the classes of the fold, for AvaMERG's other free-text emotions
+    "happy": "Sharing the speaker's happiness",
+    "fear": "Alleviating the speaker's fear and offering reassurance",
+    "contempt": "Acknowledging the speaker's feelings without judging them",
+}
+# Labels that do not read as a feeling after "made them feel".
+_FEELING_WORD = {"anticipating": "eager", "caring": "protective", "trusting": "able to trust"}
+
+DEFAULT_GOAL = "Showing understanding of how the speaker feels"
+"""The goal for an emotion that neither :data:`GOALS` nor the fold knows (or none)."""
+QUESTION_GOAL = "Answering the speaker's question"
+ADVICE_GOAL = "Giving the speaker advice"
+
+_ADVICE = re.compile(
+    r"\b(should I|should we|any (advice|tips|ideas|suggestions)|what would you do|what do you (suggest|recommend)"
+    r"|how (do|can|should) I)\b", re.IGNORECASE)
+
+# Words that carry a feeling: a clause after one of them names what caused it.
+_FEELING_WORDS = sorted({word for word in EMOTION_FOLD if " " not in word}, key=len, reverse=True)
+_CAUSE_AFTER_FEELING = re.compile(
+    r"\b(?:" + "|".join(_FEELING_WORDS) + r")\s+"
+    r"(?:that|about|of|for|by|at|with|when|after|since|to see|to hear|to find out|to find|to learn|to know)\s+(.+)",
+    re.IGNORECASE)
+_CAUSE_CONNECTIVE = re.compile(r"\b(?:because of|because|due to|thanks to|cause)\s+(.+)", re.IGNORECASE)
+_CAUSE_BEFORE_SO = re.compile(r"^(.{12,}?),?\s+so\s+(?:I|we)\b.*\b(?:" + "|".join(_FEELING_WORDS) + r"|feel|felt)\b",
+                              re.IGNORECASE)
+
+_REFLEXIVE = re.compile(r"^(?:myself|ourselves)\s+(?:(?:for|when|after|because|that)\s+)?", re.IGNORECASE)
+_FILLER = re.compile(r"^(?:so|well|ok|okay|oh|um|uh|yeah|yes|lol|honestly|basically|wow|ugh|hey|hi)\b[,.!]*\s+",
+                     re.IGNORECASE)
+_LEADING_CLAUSE = re.compile(
+    r"^(?:[A-Za-z]+,\s*)?(?:when|as|while|after|before|since|because|although|though|if|once)\b[^,]{3,}?,\s+(.+)$",
+    re.IGNORECASE)
+_DANGLING = {"a", "an", "the", "of", "to", "in", "on", "at", "for", "with", "from", "by", "and", "or", "but", "my",
+             "your", "his", "her", "our", "their", "that", "so", "very", "really", "is", "was", "i", "we", "i'm",
+             "im", "we're", "he", "she", "it", "they", "who", "am", "are", "were", "under", "into", "about", "over",
+             "through", "after", "before", "as", "if", "than"}
+_BOUNDARY_WORDS = {"and", "but", "so", "because", "which", "while", "though", "although", "since", "until", "when",
+                   "where"}
+_OPENERS = {"the", "a", "an", "this", "that", "these", "those", "it", "its", "there", "they", "their", "them", "one",
+            "some", "someone", "somebody", "everyone", "everybody", "nobody", "all", "today", "yesterday", "last",
+            "when", "after", "while", "before", "during", "finally", "recently", "every", "most", "many", "no"}
+
+# Verb agreement after "the speaker": these become their third-person singular form; past
+# forms and modals need nothing, and any other word is left as written.
+_PRESENT_VERBS = {
+    "feel", "think", "love", "hate", "know", "miss", "hope", "wish", "need", "want", "like", "get", "see", "go",
+    "work", "live", "keep", "look", "remember", "start", "try", "believe", "enjoy", "worry", "care", "appreciate",
+    "trust", "take", "make", "say", "play", "find", "mean", "guess", "wonder", "agree", "forget", "plan", "expect",
+    "wait", "spend", "own", "prefer", "seem", "understand", "fear", "dread", "regret", "admire", "cherish", "lack",
+    "tend", "struggle", "run", "use", "study", "owe", "deserve", "realize", "realise", "watch", "cry", "scrapbook",
+    "buy", "eat", "drive", "read", "write", "sleep", "walk", "talk", "call", "visit", "help", "teach", "learn",
+}
+_SINGULAR = {"am": "is", "are": "is", "have": "has", "haven't": "hasn't", "havent": "hasn't", "do": "does",
+             "don't": "doesn't", "dont": "doesn't", "were": "was", "weren't": "wasn't"}
+# "I'm" -> "the speaker is" or "they are" ("I'd" is read as "I would").
+_CONTRACTED = {"i'm": ("is", "are"), "i've": ("has", "have"), "i'll": ("will", "will"), "i'd": ("would", "would")}
+_PLURAL = {"am": "are", "was": "were", "wasn't": "weren't", "wasnt": "weren't"}
+_ADVERBS = {"just", "really", "finally", "recently", "always", "never", "still", "also", "usually", "accidentally",
+            "almost", "once", "actually", "truly", "totally", "completely", "definitely", "sometimes", "often",
+            "absolutely", "kinda", "kind", "sort", "of", "even", "only", "already", "ever", "literally", "so"}
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|me|my|mine|myself|we|us|our)\b", re.IGNORECASE)
+_TOKEN = re.compile(r"\s+|[A-Za-z]+(?:'[A-Za-z]+)?|[^\sA-Za-z]")
+
+
+def _tidy(text: str) -> str:
+    """One line with ED's typing slips mended: a space after a comma between words,
+    lone "i" and "im"/"ive" capitalised, straight apostrophes."""
+    text = re.sub(r"\s+", " ", text.replace("\u2019", "'")).strip()
+    text = re.sub(r"(?<=[A-Za-z])([,;])(?=[A-Za-z])", r"\1 ", text)
+    text = re.sub(r"\bim\b", "I'm", text, flags=re.IGNORECASE)
+    text = re.sub(r"\bive\b", "I've", text, flags=re.IGNORECASE)
+    return re.sub(r"\bi\b", "I", text)
+
+
+def _third_singular(verb: str) -> str:
+    if verb in _SINGULAR:
+        return _SINGULAR[verb]
+    if verb not in _PRESENT_VERBS:
+        return verb
+    if re.search(r"(s|sh|ch|x|z|o)$", verb):
+        return verb + "es"
+    if re.search(r"[^aeiou]y$", verb):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def third_person(text: str) -> str:
+    """``text`` told about the speaker rather than by them (the module docstring's rule);
+    sentence starts capitalised."""
+    tokens = _TOKEN.findall(_tidy(text))
+    named = False  # "the speaker" has been written: later references are "they"
+    out: List[str] = []
+    i = 0
+    while i < len(tokens):
+        token, low = tokens[i], tokens[i].lower()
+        if low == "i":
+            out.append("they" if named else "the speaker")
+            out.extend(_agree(tokens, i + 1, singular=not named))
+            i = _skip_agreed(tokens, i + 1)
+            named = True
+            continue
+        if low in _CONTRACTED:
+            singular, plural = _CONTRACTED[low]
+            out.append(f"they {plural}" if named else f"the speaker {singular}")
+            named = True
+        elif low in ("me", "myself"):
+            out.append("themselves" if low == "myself" else ("them" if named else "the speaker"))
+            named = named or low == "me"
+        elif low in ("my", "mine"):
+            out.append(("their" if low == "my" else "theirs") if named else "the speaker's")
+            named = True
+        elif low in ("we", "we're", "we've", "we'll", "we'd"):
+            out.append("they" + low[2:])
+            out.extend(_agree(tokens, i + 1, singular=False))
+            i = _skip_agreed(tokens, i + 1)
+            continue
+        elif low == "am":  # its subject "I" was left out ("I scrapbook and am behind")
+            out.append("is")
+        elif token in ("us", "Us"):  # not "US", the country
+            out.append("them")
+        elif low in ("our", "ours", "ourselves"):
+            out.append({"our": "their", "ours": "theirs", "ourselves": "themselves"}[low])
+        else:
+            out.append(token)
+        i += 1
+    return _capitalise("".join(out))
+
+
+def _agree(tokens: Sequence[str], start: int, singular: bool) -> List[str]:
+    """The tokens after a subject up to and including its verb (adverbs in between), the
+    verb agreeing with "the speaker" (``singular``) or "they"."""
+    out = []
+    for j in range(start, len(tokens)):
+        token, low = tokens[j], tokens[j].lower()
+        if token.isspace() or low in _ADVERBS:
+            out.append(token)
+            continue
+        agreed = _third_singular(low) if singular else _PLURAL.get(low, low)
+        out.append(token if agreed == low else agreed)
+        break
+    return out
+
+
+def _skip_agreed(tokens: Sequence[str], start: int) -> int:
+    """The index after the tokens :func:`_agree` consumed from ``start``."""
+    for j in range(start, len(tokens)):
+        if not (tokens[j].isspace() or tokens[j].lower() in _ADVERBS):
+            return j + 1
+    return len(tokens)
+
+
+def _capitalise(text: str) -> str:
+    return re.sub(r"(^|[.!?]\s+)([a-z])", lambda m: m.group(1) + m.group(2).upper(), text)
+
+
+def _sentences(text: str) -> List[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+", _tidy(text)) if s.strip(" .!?")]
+
+
+def _trim(text: str, limit: int) -> str:
+    """At most ``limit`` words: cut at the last clause boundary (a comma, or a word such as
+    "and", "but", "which") in the second half of the limit, else after ``limit`` words;
+    no closing punctuation."""
+    words = text.split()
+    if len(words) > limit:
+        cuts = [i for i in range(limit // 2, limit + 1) if _boundary(words, i, ("that", "who"))]
+        words = words[: cuts[-1] if cuts else limit]
+        # A cut must not leave "... a good friend of": dangling small words go too.
+        while len(words) > 1 and words[-1].lower().strip(",;:") in _DANGLING:
+            words.pop()
+    return " ".join(words).rstrip(" ,;:.!?-")
+
+
+def _has_feeling(text: str) -> bool:
+    return any(normalize_label(w) in EMOTION_FOLD for w in re.findall(r"[A-Za-z]+", text))
+
+
+def _first_sentence(*texts: Optional[str]) -> Optional[str]:
+    """The first telling sentence of ``texts`` taken in order, fillers off: one of three
+    words or more that is not a question and speaks of the speaker ("I", "my", ...), else
+    the first such sentence without the speaker, else the first sentence."""
+    sentences = [s for text in texts if text for s in _sentences(text)]
+    if not sentences:
+        return None
+    told = [s for s in sentences if len(s.split()) >= 3 and not s.rstrip().endswith("?")]
+    sentence = next((s for s in told if _FIRST_PERSON.search(s)), told[0] if told else sentences[0])
+    while _FILLER.match(sentence):
+        sentence = _FILLER.sub("", sentence, count=1)
+    return sentence
+
+
+def _event_sentence(*texts: Optional[str]) -> Optional[str]:
+    """The sentence the event is told from (:func:`_first_sentence`), without a leading
+    subordinate clause: "When I got home, I found the door open" -> "I found the door
+    open", unless the main clause is only the feeling ("..., I was so happy"), which the
+    emotion step already names."""
+    sentence = _first_sentence(*texts)
+    leading = _LEADING_CLAUSE.match(sentence or "")
+    if leading and len(leading.group(1).split()) >= 4 and not _has_feeling(leading.group(1)):
+        return leading.group(1)
+    return sentence
+
+
+def event_scenario(situation: Optional[str], first_turn: Optional[str] = None) -> Optional[str]:
+    """The event step from the situation, else the speaker's first turn: module docstring."""
+    sentence = _event_sentence(situation, first_turn)
+    if not sentence:
+        return None
+    told = third_person(_trim(sentence, EVENT_WORDS))
+    if "speaker" not in told.lower():
+        told = "The speaker mentions that " + _lower_first(told)
+    return told + "."
+
+
+def _lower_first(text: str) -> str:
+    # Openers such as "The", "They", "Today" lose their capital; a name ("John") keeps it.
+    first = text.split(" ", 1)[0]
+    return text[0].lower() + text[1:] if first.lower() in _OPENERS else text
+
+
+def _cause_clause(text: str) -> Optional[str]:
+    for sentence in _sentences(text):
+        for pattern in (_CAUSE_CONNECTIVE, _CAUSE_AFTER_FEELING, _CAUSE_BEFORE_SO):
+            match = pattern.search(sentence)
+            # "proud of myself for finishing", "happy about myself when I graduated": the
+            # cause is what follows the reflexive.
+            clause = _REFLEXIVE.sub("", match.group(1)) if match else ""
+            if len(clause.split()) >= 2:
+                return clause
+    return None
+
+
+def emotion_cause(situation: Optional[str], speaker_turns: Sequence[str] = (), emotion: Optional[str] = None
+                  ) -> Optional[str]:
+    """The cause step: the first causal clause of the situation or, failing that, of the
+    speaker's turns in order; else the event's first clause, tied to the emotion ("...,
+    which made them feel terrified") so that the step says more than the event's."""
+    for text in [situation or "", *speaker_turns]:
+        clause = _cause_clause(text)
+        if clause:
+            return third_person(_trim(clause, CAUSE_WORDS)) + "."
+    sentence = _event_sentence(situation, *speaker_turns[:1])
+    if not sentence:
+        return None
+    core = third_person(_trim(_first_clause(sentence), CAUSE_WORDS))
+    feeling = normalize_label(emotion) if emotion else ""
+    return f"{core}, which made them feel {_FEELING_WORD.get(feeling, feeling)}." if feeling else core + "."
+
+
+def _first_clause(sentence: str) -> str:
+    """Up to the first clause boundary after five words or more ("I sat in something wet
+    and didn't know it" -> "I sat in something wet"): the event's core, shorter than the
+    event step."""
+    words = sentence.split()
+    for i in range(5, len(words)):
+        if _boundary(words, i):
+            return " ".join(words[:i])
+    return sentence
+
+
+def _boundary(words: Sequence[str], i: int, more: Sequence[str] = ()) -> bool:
+    """Whether a clause may end before ``words[i]``: after a comma, or before a word such
+    as "and" or "because" (and ``more``), but not inside "my boyfriend and I"."""
+    if words[i - 1].endswith((",", ";", ":")):
+        return True
+    word, after = words[i].lower(), words[i + 1].lower() if i + 1 < len(words) else ""
+    if word == "and" and after.strip(",.") in ("i", "me", "my", "we", "us", "our"):
+        return False
+    return word in _BOUNDARY_WORDS or word in more
+
+
+def response_goal(emotion: Optional[str], last_speaker_turn: str = "") -> str:
+    """The goal step: the emotion's goal (:data:`GOALS`, by label, else by its class of the
+    fold), led by answering a question or giving advice when the speaker's last turn asks."""
+    key = normalize_label(emotion) if emotion else ""
+    goal = GOALS.get(key) or GOALS.get(EMOTION_FOLD.get(key, ""), DEFAULT_GOAL)
+    lead = ADVICE_GOAL if _ADVICE.search(last_speaker_turn) else QUESTION_GOAL if "?" in last_speaker_turn else None
+    if lead is None:
+        return goal + "."
+    # "Answering the speaker's question while easing their worry": one name for the speaker.
+    goal = goal.replace("the speaker's", "their").replace("the speaker", "them")
+    return f"{lead} while {goal[0].lower()}{goal[1:]}."
+
+
+def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], speaker_turns: Sequence[str],
+                   emotion: Optional[str] = None) -> ChainOfEmpathy:
+    """``chain`` with each missing step built by the rules (a new object; the given steps
+    are kept exactly as they are, and a chain with all four is returned unchanged).
+    ``situation`` is the dialogue's situation or context, ``speaker_turns`` the speaker's
+    utterances in order, ``emotion`` the emotion step when the chain has none (an emotion
+    is never made up: without either, the step stays empty)."""
+    chain = chain if chain is not None else ChainOfEmpathy()
+    if chain_is_complete(chain):
+        return chain
+    turns = [t for t in speaker_turns if t and t.strip()]
+    emotion = chain.speaker_emotion or emotion
+    return replace(
+        chain,
+        event_scenario=_given(chain.event_scenario) or event_scenario(situation, *turns[:1]),
+        speaker_emotion=emotion,
+        emotion_cause=_given(chain.emotion_cause) or emotion_cause(situation, turns, emotion),
+        goal_to_response=_given(chain.goal_to_response) or response_goal(emotion, turns[-1] if turns else ""),
+    )
+
+
+def _given(step: Optional[str]) -> Optional[str]:
+    return step if step is not None and step.strip() else None

@@ -1,0 +1,254 @@
+"""The four-step Chain-of-Empathy targets (empatheia.chain_targets), the parsing of a
+generated chain in today's two-step and the paper's four-step form, and
+``chain_complete_share``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from empatheia.chain_targets import GOALS, complete_chain, emotion_cause, event_scenario, response_goal, third_person
+from empatheia.data import avamerg_dialogue, read_dataset
+from empatheia.evaluation.scoring import score
+from empatheia.evaluation.text import chain_complete_share
+from empatheia.labels import ED_EMOTIONS
+from empatheia.prompts import ChainOfEmpathy, chain_is_complete, chain_text, parse_chain
+
+from .conftest import shared_data
+
+ED = "ed/ed_valid_conversations.jsonl"
+
+
+@pytest.fixture(scope="module")
+def ed_examples():
+    return {d.id: d for d in read_dataset(shared_data(ED))}
+
+
+# ---------------------------------------------------------------------- targets on ED
+def test_every_ed_target_names_four_steps_and_no_event_copies_the_speaker(ed_examples):
+    dialogues = list(ed_examples.values())
+    assert len(dialogues) == 5738 and all(chain_is_complete(d.chain) for d in dialogues)
+
+    def norm(text):
+        return " ".join(text.split()).lower()
+
+    firsts = [norm(d.turns[0].text) for d in dialogues]
+    events = [norm(d.chain.event_scenario) for d in dialogues]
+    # Before, the event was ED's situation: 1003 of the 5738 equalled the first utterance.
+    assert sum(norm(d.context) == f for d, f in zip(dialogues, firsts)) == 1003
+    assert not any(e == f for e, f in zip(events, firsts))
+    # Only events "The speaker mentions that <a sentence without I/my>" still hold it.
+    containing = [e for e, f in zip(events, firsts) if f in e]
+    assert len(containing) < 0.002 * len(dialogues)
+    assert all(e.startswith("the speaker mentions that ") for e in containing)
+    assert all(d.chain.event_scenario.startswith(("The speaker", "Their")) or "speaker" in d.chain.event_scenario
+               for d in dialogues)
+
+
+def test_a_verbatim_situation_becomes_a_short_third_person_event(ed_examples):
+    first = ed_examples["hit:3_conv:6/1"]
+    assert first.context.strip() == first.turns[0].text.strip()  # ED's situation is the speaker's sentence
+    assert first.chain.event_scenario == "The speaker had a tire burst in the middle of a busy road."
+    assert first.chain.emotion_cause == (
+        "The speaker had a tire burst in the middle of a busy road, which made them feel terrified.")
+    assert first.chain.goal_to_response == "Alleviating the speaker's fear and offering reassurance."
+
+
+def test_grief_asks_for_comfort(ed_examples):
+    chain = ed_examples["hit:354_conv:709/1"].chain  # "My dog passed away of bone cancer."
+    assert chain.speaker_emotion == "devastated"
+    assert chain.event_scenario == "The speaker's dog passed away of bone cancer."
+    assert "dog passed away" in chain.emotion_cause
+    assert chain.goal_to_response == "Offering comfort and sympathy for the speaker's pain."
+
+
+def test_success_asks_for_shared_pride_and_the_cause_is_the_when_clause(ed_examples):
+    chain = ed_examples["hit:2060_conv:4120/1"].chain  # "I was so glad when I graduated college."
+    assert chain.speaker_emotion == "proud"
+    assert chain.event_scenario == "The speaker was so glad when they graduated college."
+    assert chain.emotion_cause == "The speaker graduated college."
+    assert chain.goal_to_response == "Sharing the speaker's pride and acknowledging their achievement."
+
+
+def test_a_question_in_the_speakers_last_turn_asks_for_an_answer(ed_examples):
+    asked = ed_examples["hit:128_conv:256/3"]
+    assert [t.text for t in asked.turns if t.role == "speaker"][-1] == "Do you play Madden often?"
+    assert asked.chain.goal_to_response == (
+        "Answering the speaker's question while sharing their pride and acknowledging their achievement.")
+    # The same conversation's first example, before the question, only shares the pride.
+    before = ed_examples["hit:128_conv:256/1"]
+    assert "?" not in [t.text for t in before.turns if t.role == "speaker"][-1]
+    assert before.chain.goal_to_response == GOALS["proud"] + "."
+    advice = ed_examples["hit:2283_conv:4567/1"]  # "... Should I tell him?"
+    assert advice.chain.goal_to_response == "Giving the speaker advice while easing their guilt without judging them."
+
+
+def test_ed_responses_file_gets_the_same_chains(ed_examples):
+    responses = read_dataset(shared_data("ed/ed_valid_response_examples.jsonl"))
+    for d in responses.dialogues[:200]:
+        assert d.chain == ed_examples[d.id].chain
+
+
+# ---------------------------------------------------------------------- the rules
+def test_third_person_agrees_the_verb_and_names_the_speaker_once():
+    assert third_person("I feel like my mom hates me") == "The speaker feels like their mom hates them"
+    assert third_person("i am so proud of myself") == "The speaker is so proud of themselves"
+    assert third_person("My brother and I went to the beach") == "The speaker's brother and they went to the beach"
+    assert third_person("I really miss my dog.") == "The speaker really misses their dog."
+    assert third_person("We just moved and I am lonely") == "They just moved and the speaker is lonely"
+    assert third_person("I\u2019m moving to the US") == "The speaker is moving to the US"
+
+
+def test_event_without_first_person_is_framed_and_a_leading_clause_goes():
+    assert event_scenario("the rain today is frustrating") == "The speaker mentions that the rain today is frustrating."
+    assert event_scenario("When I got home, I found the door wide open.") == "The speaker found the door wide open."
+    # A main clause that is only the feeling keeps the clause that says what happened.
+    assert event_scenario("When my son was born, I was so happy.") == "When the speaker's son was born, they were so happy."
+    # Fillers and questions are not the event; the speaker's first turn stands in for a
+    # missing situation.
+    assert event_scenario("So, my car broke down today.") == "The speaker's car broke down today."
+    assert event_scenario("Have you ever lost a pet? Mine died.", "My cat died last week.") == (
+        "The speaker's cat died last week.")
+    long = event_scenario("I was walking through my hallway a few weeks ago and my son was hiding under the table "
+                          "and grabbed my ankle")
+    # 21 words: cut before the last "and" within the limit.
+    assert long == "The speaker was walking through their hallway a few weeks ago and their son was hiding under the table."
+    assert event_scenario(None) is None and event_scenario("   ") is None
+
+
+def test_cause_from_causal_clauses_then_the_turns_then_the_event():
+    assert emotion_cause("I was nervous because my exam is tomorrow.") == "The speaker's exam is tomorrow."
+    assert emotion_cause("I am so excited about my trip to Spain!") == "The speaker's trip to Spain."
+    assert emotion_cause("I am proud of myself for finishing the marathon.") == "Finishing the marathon."
+    assert emotion_cause("My dog died.", ["It hurts so much because we grew up together."]) == "They grew up together."
+    assert emotion_cause("My dog died.", [], "sad") == "The speaker's dog died, which made them feel sad."
+    assert emotion_cause("My dog died.") == "The speaker's dog died."
+    assert emotion_cause(None) is None
+
+
+def test_goal_table_covers_every_ed_label_and_the_classes():
+    assert set(ED_EMOTIONS) <= set(GOALS)
+    assert response_goal("Terrified") == response_goal("terrified") == GOALS["terrified"] + "."
+    # A label outside the table goes by its class of the fold; an unknown one gets the default.
+    assert response_goal("overwhelmed") == GOALS["fear"] + "."
+    assert response_goal("blorp") == response_goal(None) == "Showing understanding of how the speaker feels."
+    assert response_goal("sad", "Can you believe it?") == (
+        "Answering the speaker's question while comforting them and showing understanding of their sadness.")
+    assert response_goal("sad", "What should I do?").startswith("Giving the speaker advice while comforting them")
+
+
+# ---------------------------------------------------------------------- AvaMERG
+def _avamerg(chain):
+    return {
+        "conversation_id": "00042",
+        "turns": [{
+            "turn_id": "0",
+            "context": "I lost my job last week.",
+            "dialogue_history": [{"index": 0, "role": "speaker", "utterance": "I lost my job last week. What now?"}],
+            "response": "That is hard. What kind of work are you looking for?",
+            "chain_of_empathy": chain,
+        }],
+    }
+
+
+def test_an_avamerg_chain_with_four_steps_is_kept_as_it_is():
+    given = {"event_scenario": "Job loss", "speaker_emotion": "devastated",
+             "emotion_cause": "Losing a job unexpectedly", "goal_to_response": "Offering support"}
+    chain = avamerg_dialogue(_avamerg(dict(given))).chain
+    assert {k: getattr(chain, k) for k in given} == given
+
+
+def test_an_avamerg_chain_missing_steps_is_completed_and_keeps_the_rest():
+    chain = avamerg_dialogue(_avamerg({"event_scenario": "Job loss", "speaker_emotion": "devastated"})).chain
+    assert (chain.event_scenario, chain.speaker_emotion) == ("Job loss", "devastated")
+    assert chain.emotion_cause == "The speaker lost their job last week, which made them feel devastated."
+    assert chain.goal_to_response == "Answering the speaker's question while offering comfort and sympathy for their pain."
+    # An emotion is never made up: without one, that step stays empty.
+    bare = avamerg_dialogue(_avamerg({"event_scenario": "Job loss"})).chain
+    assert bare.speaker_emotion is None and bare.emotion_cause == "The speaker lost their job last week."
+    # Test-form turns have no chain, and get none.
+    test_form = _avamerg(None)
+    del test_form["turns"][0]["chain_of_empathy"]
+    assert avamerg_dialogue(test_form).chain is None
+
+
+def test_complete_chain_returns_a_complete_chain_unchanged():
+    chain = ChainOfEmpathy("An event.", "sad", "A cause.", "A goal.")
+    assert complete_chain(chain, "I lost my job.", ["I lost my job."]) is chain
+
+
+# ---------------------------------------------------------------------- parsing
+# What the shipped small weights write today (greedy, examples/dialogues.json and ED).
+SHIPPED = [
+    "Firstly, the event scenario of this conversation is: I got the letter. I got into the nursing program!\n"
+    "Secondly, the emotion of the speaker is: excited\n"
+    "Finally, the response is: Congratulations! That's a great accomplishment!\n",
+    "Firstly, the event scenario of this conversation is: I was surprised to find my son was in my leg.\n"
+    "Secondly, the emotion of the speaker is surprised\n"
+    "Finally, the response is: How did you feel?\n",
+]
+# The paper's Appendix D.1 target.
+PAPER = (
+    "Firstly, the event scenario of this conversation is: Paying off overdue rent and electricity bills amid "
+    "financial struggles.\n"
+    "Secondly, the emotion of the speaker is: content\n"
+    "Thirdly, the emotion cause is: Relief from the burden of financial stress after successfully paying bills.\n"
+    "Fourthly, the goal to response is: Providing support and validation for the speaker's sense of accomplishment.\n"
+    "Finally, the response is: Sorry to hear that. Well, at least this will be a weight off your shoulders."
+)
+
+
+def test_parse_reads_todays_two_step_chain():
+    chain, response = parse_chain(SHIPPED[0])
+    assert chain.parsed and response == "Congratulations! That's a great accomplishment!"
+    assert (chain.event_scenario, chain.speaker_emotion) == ("I got the letter. I got into the nursing program!", "excited")
+    assert chain.emotion_cause is None and chain.goal_to_response is None and not chain_is_complete(chain)
+    # Written back in the template it is the same text, token for token.
+    assert chain_text(chain) + response == SHIPPED[0].strip()
+    # A step label without its colon, as the shipped weights sometimes write it, is still a step.
+    chain, response = parse_chain(SHIPPED[1])
+    assert (chain.event_scenario, chain.speaker_emotion, response) == (
+        "I was surprised to find my son was in my leg.", "surprised", "How did you feel?")
+
+
+def test_parse_reads_the_four_step_chain_and_writes_it_back():
+    chain, response = parse_chain(PAPER)
+    assert chain.parsed and chain_is_complete(chain)
+    assert chain.speaker_emotion == "content"
+    assert chain.emotion_cause == "Relief from the burden of financial stress after successfully paying bills."
+    assert chain.goal_to_response.startswith("Providing support and validation")
+    assert response == "Sorry to hear that. Well, at least this will be a weight off your shoulders."
+    assert chain_text(chain) + response == PAPER
+
+
+def test_the_target_names_the_four_steps_in_the_papers_order(ed_examples):
+    text = chain_text(ed_examples["hit:3_conv:6/1"].chain)
+    labels = [line.split(":")[0] for line in text.split("\n")]
+    assert labels == ["Firstly, the event scenario of this conversation is", "Secondly, the emotion of the speaker is",
+                      "Thirdly, the emotion cause is", "Fourthly, the goal to response is", "Finally, the response is"]
+
+
+# ---------------------------------------------------------------------- chain_complete_share
+def test_chain_complete_share_on_hand_written_answers():
+    empty_goal = PAPER.replace("Providing support and validation for the speaker's sense of accomplishment.", "")
+    answers = [PAPER, SHIPPED[0], empty_goal, "Just a reply, no chain.", None,
+               {"event_scenario": "e", "speaker_emotion": "sad", "emotion_cause": "c", "goal_to_response": "g"},
+               ChainOfEmpathy("e", "sad", "c", None)]
+    # complete: the paper's text and the full mapping -> 2 of 7
+    assert chain_complete_share(answers) == pytest.approx(2 / 7)
+    assert chain_complete_share([PAPER]) == 1.0 and chain_complete_share([]) is None
+
+
+def test_eval_scores_chain_complete_share_from_the_predictions_chains():
+    references = [{"id": f"r{i}", "response": "I am sorry.", "emotion": "sad"} for i in range(4)]
+    full = {"event_scenario": "e", "speaker_emotion": "sad", "emotion_cause": "c", "goal_to_response": "g"}
+    two = {"event_scenario": "e", "speaker_emotion": "sad", "emotion_cause": None, "goal_to_response": None}
+    predictions = [{"id": f"r{i}", "text": "So sorry.", "emotion": "sad", "chain_of_empathy": chain}
+                   for i, chain in enumerate([full, two, full, None])]
+    metrics = score(predictions, references)
+    assert metrics["chain_complete_share"] == 0.5
+    # Predictions written before they carried the chain are scored without it.
+    assert "chain_complete_share" not in score([{k: v for k, v in p.items() if k != "chain_of_empathy"}
+                                                for p in predictions], references)
+    assert json.loads(json.dumps(metrics))["chain_complete_share"] == 0.5
