@@ -13,7 +13,9 @@ input, the conversation's emotion as label) and prints accuracy over 32 ED label
 also scores a model's Chain-of-Empathy emotions (``chain_emotion`` of each prediction,
 matched by ``id``) on the same held-out examples and compares the two paired: the
 difference, its bootstrap 95 % interval and McNemar's exact p-value. A prediction with no
-emotion, or one that is not an ED label, counts as wrong.
+emotion, or one that is not an ED label, counts as wrong. ``--before OTHER.jsonl`` (another
+run's predictions, e.g. of the weights or settings shipped before) compares the model with
+that run the same way.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True)
     parser.add_argument("--predictions", type=Path, help="a model's predictions.jsonl to compare with, paired")
+    parser.add_argument("--before", type=Path, help="another run's predictions.jsonl to compare --predictions with, paired")
     parser.add_argument("--subset", action="store_true",
                         help="score only the held-out examples the predictions cover (an eval run with --limit)")
     args = parser.parse_args()
@@ -45,9 +48,12 @@ def main() -> None:
         train, test = read_dataset(split["train"]), read_dataset(split["eval"])
     texts = [dialogue_text(d) for d in train]
     test_texts = [dialogue_text(d) for d in test]
+    if args.before and not args.predictions:
+        parser.error("--before compares with --predictions: give both")
     chain = read_chain_emotions(args.predictions, [d.id for d in test], args.subset) if args.predictions else None
+    before = read_chain_emotions(args.before, [d.id for d in test], args.subset) if args.before else None
     if chain is not None and args.subset:
-        test.dialogues = [d for d in test if d.id in chain]
+        test.dialogues = [d for d in test if d.id in chain and (before is None or d.id in before)]
         print(f"scoring the {len(test.dialogues)} held-out examples the predictions cover (--subset)")
     print(f"{len(train)} training examples ({train.conversations} conversations), "
           f"{len(test)} held-out examples ({test.conversations} conversations)")
@@ -62,12 +68,16 @@ def main() -> None:
               f"{len(model.vocabulary)} n-grams; {time.perf_counter() - start:.1f} s)")
         if chain is not None:
             model_correct = [scored_label(chain[d.id], label) == g for d, g in zip(test, gold)]
-            paired = compare_paired_accuracy(model_correct, [p == g for p, g in zip(predicted, gold)])
-            low, high = paired.interval
-            print(f"  model {paired.accuracy_a:.4f} vs bag-of-words {paired.accuracy_b:.4f}: "
-                  f"difference {paired.difference:+.4f} (95 % bootstrap interval {low:+.4f} to {high:+.4f}); "
-                  f"only the model right on {paired.only_a}, only bag-of-words on {paired.only_b}, "
-                  f"McNemar exact p = {paired.p_value:.2g}")
+            others = [("bag-of-words", [p == g for p, g in zip(predicted, gold)])]
+            if before is not None:
+                others.append(("before", [scored_label(before[d.id], label) == g for d, g in zip(test, gold)]))
+            for other, other_correct in others:
+                paired = compare_paired_accuracy(model_correct, other_correct)
+                low, high = paired.interval
+                print(f"  model {paired.accuracy_a:.4f} vs {other} {paired.accuracy_b:.4f}: "
+                      f"difference {paired.difference:+.4f} (95 % bootstrap interval {low:+.4f} to {high:+.4f}); "
+                      f"only the model right on {paired.only_a}, only {other} on {paired.only_b}, "
+                      f"McNemar exact p = {paired.p_value:.2g}")
 
 
 def read_chain_emotions(path: Path, ids, subset: bool = False) -> dict:

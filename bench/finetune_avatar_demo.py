@@ -116,8 +116,8 @@ def real_media(lines, media: Path, out: Path, actors) -> None:
 
 
 def build_dataset(args) -> Path:
-    """``args.out/data`` with train.jsonl, val.jsonl, labels.yaml and the clips."""
-    data = args.out / "data"
+    """``args.out/my_avatar`` with train.jsonl, val.jsonl, labels.yaml and the clips."""
+    data = args.out / "my_avatar"
     if (data / "val.jsonl").is_file():
         return data
     train, evaluation = choose_conversations(args.ed, args.per_class_train, args.per_class_eval)
@@ -164,12 +164,64 @@ def main() -> None:
     parser.add_argument("--per-class-train", type=int, default=15, help="training conversations per class")
     parser.add_argument("--per-class-eval", type=int, default=10, help="held-out conversations per class")
     parser.add_argument("--build-only", action="store_true", help="stop after writing the dataset")
+    parser.add_argument("--steps", type=int, default=None, help="max_steps of the fine-tune (default: the config's)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="for the two evals: the classifiers read the signal tokens after the answer, so a "
+                             "shorter answer saves time without changing what is measured much")
+    parser.add_argument("--json", type=Path, help="write the measured accuracies here")
     args = parser.parse_args()
     data = build_dataset(args)
     for name in ("train", "val"):
         print(f"{name}: {dict(class_counts(data / f'{name}.jsonl'))} examples per class")
     if args.build_only:
         return
+    results = fine_tune_and_score(args)
+    print(json.dumps(results, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def fine_tune_and_score(args) -> dict:
+    """Run docs/training.md's commands in ``args.out`` (the data folder is ``my_avatar/``
+    there, as the docs name it) and score the untuned and the fine-tuned model."""
+    from empatheia import Empatheia
+    from empatheia.labels import LabelSets
+
+    work = args.out
+    empatheia = [sys.executable, "-m", "empatheia"]
+    labels = "my_avatar/labels.yaml"
+    for name, store in (("train", "gold_features"), ("val", "gold_features_val")):
+        run([*empatheia, "data", "check", f"my_avatar/{name}.jsonl", "--labels", labels], cwd=work)
+        run([*empatheia, "data", "extract-features", f"my_avatar/{name}.jsonl", "--labels", labels,
+             "--out", f"my_avatar/{store}", "--generators-of", "small"], cwd=work)
+    # What fine-tuning starts from: `small` with its classifiers resized to the new labels.
+    untuned = work / "untuned"
+    if not (untuned / "config.yaml").is_file():
+        model = Empatheia.from_preset("small")
+        model.set_label_sets(LabelSets.from_yaml(work / labels))
+        model.save_pretrained(untuned)
+    train = [*empatheia, "train", "configs/train/finetune_avatar.yaml", "--set", "model.init=small"]
+    if args.steps:
+        train += [f"max_steps={args.steps}"]
+    if not (work / "runs" / "finetune_avatar" / "final").is_dir():
+        started = time.perf_counter()
+        run(train, cwd=work)
+        train_seconds = round(time.perf_counter() - started)
+    else:
+        train_seconds = None
+    extra = ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
+    scores = {}
+    for name, model_dir in (("untuned", "untuned"), ("fine-tuned", "runs/finetune_avatar/final")):
+        out = f"eval/{name}"
+        run([*empatheia, "eval", "--checkpoint", model_dir, "--data", "my_avatar/val.jsonl", "--out", out, *extra], cwd=work)
+        metrics = json.loads((work / out / "metrics.json").read_text())
+        predicted = Counter(json.loads(line)["emotion"] for line in (work / out / "predictions.jsonl").read_text().splitlines())
+        scores[name] = {"emotion_accuracy": metrics["emotion_accuracy"], "emotion_macro_f1": metrics.get("emotion_macro_f1"),
+                        "profile": metrics.get("profile"), "predicted": dict(predicted)}
+    gold = class_counts(work / "my_avatar" / "val.jsonl")
+    return {"held_out_examples": sum(gold.values()), "gold": dict(gold),
+            "chance": max(gold.values()) / sum(gold.values()), "train_seconds": train_seconds,
+            "command": " ".join(str(c) for c in train[2:]), **scores}
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """Logits processors that apply a :class:`~empatheia.decoding.Decoding` during
-``generate``: the reply's repetition control and seeded sampling.
+``generate``: the choice of the chain's emotion among the trained labels, the reply's
+repetition control and seeded sampling.
 
 Both are vectorised over the batch: each step is a few tensor operations on the tokens
 written so far ``(B, T)`` and the next-token scores ``(B, V)``, whatever ``B``. With
@@ -15,7 +16,9 @@ from typing import Any, List, Optional, Sequence
 import torch
 from transformers import LogitsProcessor
 
-from .prompts import META_RESPONSE, RESPONSE_LABEL, ChainOfEmpathy, PromptMode, chain_text, meta_text
+from .prompts import CHAIN_STEPS, META_RESPONSE, RESPONSE_LABEL, ChainOfEmpathy, PromptMode, chain_text, meta_text
+
+_EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
 
 
 def reply_markers(tokenizer: Any, mode: PromptMode) -> List[List[int]]:
@@ -50,14 +53,101 @@ def reply_starts(input_ids: torch.Tensor, markers: Sequence[torch.Tensor]) -> to
     rows, length = input_ids.shape
     start = torch.full((rows,), length, dtype=torch.long, device=input_ids.device)
     for marker in markers:
-        size = marker.numel()
-        if size == 0 or size > length:
-            continue
-        hits = (input_ids.unfold(1, size, 1) == marker.to(input_ids.device)).all(-1)  # (B, T - size + 1)
-        # argmax of a 0/1 row is its first 1.
-        first = torch.where(hits.any(1), hits.int().argmax(1) + size, length)
-        start = torch.minimum(start, first)
+        end, found = marker_ends(input_ids, marker)
+        start = torch.minimum(start, torch.where(found, end, length))
     return start
+
+
+def marker_ends(input_ids: torch.Tensor, marker: torch.Tensor):
+    """``(end, found)``, both ``(B,)``: the position just after the first occurrence of
+    ``marker`` (a 1-D token id sequence) in each row of ``input_ids`` ``(B, T)``, and
+    whether it occurs at all (``end`` is 0 where not)."""
+    rows, length = input_ids.shape
+    size = marker.numel()
+    if size == 0 or size > length:
+        none = torch.zeros(rows, dtype=torch.long, device=input_ids.device)
+        return none, none.bool()
+    hits = (input_ids.unfold(1, size, 1) == marker.to(input_ids.device)).all(-1)  # (B, T - size + 1)
+    found = hits.any(1)
+    # argmax of a 0/1 row is its first 1.
+    return torch.where(found, hits.int().argmax(1) + size, 0), found
+
+
+def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
+    """``(marker, spellings)``: the token ids of the chain's emotion-step lead-in
+    (``the emotion of the speaker is:``) and of each label written after it, both as a
+    training target tokenizes them (a label's tokens can depend on what precedes it)."""
+    marker: Optional[List[int]] = None
+    spellings: List[List[int]] = []
+    for label in labels:
+        text = chain_text(ChainOfEmpathy(event_scenario="a party", speaker_emotion=label))
+        lead = text.lower().find(_EMOTION_STEP) + len(_EMOTION_STEP) + 1  # past the colon
+        start = text.index(label, lead)
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
+        at = text.lower().find(_EMOTION_STEP)
+        mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
+        spelled = [token for token, (begin, end) in pairs if end > lead and begin < start + len(label)]
+        if marker is None:
+            marker = mine
+        elif mine != marker:
+            raise ValueError(f"the chain's emotion lead-in tokenizes differently before {label!r}")
+        spellings.append(spelled)
+    return marker or [], spellings
+
+
+class ChainEmotionChoice(LogitsProcessor):
+    """The chain's emotion chosen among the labels the chain was trained to write, by their
+    likelihood, then spelled out.
+
+    Right after a row writes the emotion step's lead-in (``marker``), the label whose first
+    token scores highest, plus its ``bias``, is chosen and its first token is the only one
+    left standing; the next tokens are forced to spell the rest of it. Greedy decoding
+    would let any word win there ("helpless", "amazed"), which the labels' folds cannot
+    read; sampling would draw the emotion, which is a reading of the dialogue rather than
+    a choice of words, so it is taken as the most likely label in both. After the label
+    the row writes on unconstrained.
+
+    Args:
+        marker: token ids of the lead-in (:func:`emotion_step_tokens`).
+        spellings: each label's token ids, first tokens distinct.
+        bias: ``(K,)`` added to the labels' first-token scores before the choice (a
+            calibration of the labels' priors); ``None`` adds nothing.
+    """
+
+    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]], bias: Optional[Sequence[float]] = None):
+        firsts = [s[0] for s in spellings]
+        if len(set(firsts)) != len(firsts):
+            raise ValueError("the labels' first tokens must differ to choose among them")
+        if bias is not None and len(bias) != len(spellings):
+            raise ValueError(f"chain emotion bias has {len(bias)} values for {len(spellings)} labels")
+        self.marker = torch.as_tensor(list(marker), dtype=torch.long)
+        width = max(len(s) for s in spellings)
+        self.spellings = torch.tensor([list(s) + [-1] * (width - len(s)) for s in spellings], dtype=torch.long)  # (K, W)
+        self.lengths = torch.tensor([len(s) for s in spellings], dtype=torch.long)  # (K,)
+        self.firsts = self.spellings[:, 0]
+        self.bias = torch.zeros(len(spellings)) if bias is None else torch.as_tensor(list(bias), dtype=torch.float32)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        end, found = marker_ends(input_ids, self.marker)
+        if not bool(found.any()):
+            return scores
+        device, (rows, length) = scores.device, input_ids.shape
+        firsts, spellings, lengths = self.firsts.to(device), self.spellings.to(device), self.lengths.to(device)
+        written = length - end  # (B,) tokens written after the lead-in
+        # The next token of each row: its label's first (choosing) or next token (spelling).
+        choice = (scores[:, firsts].float() + self.bias.to(device)).argmax(1)  # (B,)
+        first_written = input_ids.gather(1, end.clamp(max=length - 1)[:, None]).squeeze(1)  # (B,)
+        label = (first_written[:, None] == firsts[None, :]).float().argmax(1)  # (B,)
+        spelled = (first_written[:, None] == firsts[None, :]).any(1)
+        choose = found & (written == 0)
+        spell = found & spelled & (written > 0) & (written < lengths[label])
+        forced = torch.where(choose, firsts[choice], spellings[label, written.clamp(max=spellings.shape[1] - 1)])
+        constrained = choose | spell
+        if not bool(constrained.any()):
+            return scores
+        only = torch.full_like(scores, float("-inf")).scatter(1, forced.clamp(min=0)[:, None], 0.0)
+        return torch.where(constrained[:, None], only, scores)
 
 
 class ReplyRepetitionControl(LogitsProcessor):

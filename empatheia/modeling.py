@@ -35,7 +35,8 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import ReplyRepetitionControl, SeededSampling, reply_markers
+from .logits_processors import (ChainEmotionChoice, ReplyRepetitionControl, SeededSampling, emotion_step_tokens,
+                                reply_markers)
 from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
@@ -690,8 +691,12 @@ class Empatheia(nn.Module, Responder):
         generation in layout ``mode``: the reply's repetition control, then sampling."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
-        decoding = (decoding or Decoding()).resolved(self.config.language_model)
+        lm = self.config.language_model
+        decoding = (decoding or Decoding()).resolved(lm)
         processors: List[LogitsProcessor] = []
+        if lm.choose_chain_emotion and mode in (PromptMode.TEXT, PromptMode.FULL):
+            marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
+            processors.append(ChainEmotionChoice(marker, spellings, lm.chain_emotion_bias))
         if decoding.controls_repetition:
             markers = reply_markers(self.tokenizer, mode)
             if markers:

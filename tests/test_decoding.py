@@ -19,7 +19,8 @@ from empatheia import Dialogue, Empatheia, EmpatheiaConfig, Turn
 from empatheia.cli import main
 from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences
-from empatheia.logits_processors import ReplyRepetitionControl, SeededSampling, reply_markers, reply_starts
+from empatheia.logits_processors import (ChainEmotionChoice, ReplyRepetitionControl, SeededSampling, emotion_step_tokens,
+                                         reply_markers, reply_starts)
 from empatheia.prompts import PromptMode
 from empatheia.serve.chat import Chat
 
@@ -371,3 +372,62 @@ def test_decoding_sweep_runs_on_tiny(tmp_path):
         assert {"dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_4", "repeated_sentence_share"} <= set(row)
     assert sweep["settings"][2]["decoding"] == {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "seed": 0,
                                                 "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
+
+
+# ---------------------------------------------------------------------- the chain's emotion
+def test_chain_emotion_choice_picks_the_likeliest_label_and_spells_it():
+    # Lead-in 1 2; labels spelled [10], [11, 12] and [13, 14, 15].
+    choice = ChainEmotionChoice([1, 2], [[10], [11, 12], [13, 14, 15]])
+    scores = torch.zeros(6, 20)
+    scores[:, 5] = 9.0  # a word that is no label scores highest everywhere
+    scores[:, 11], scores[:, 13] = 2.0, 1.0
+    ids = torch.tensor([
+        [4, 4, 4, 4, 4],    # wrote no lead-in: untouched
+        [4, 4, 4, 1, 2],    # just wrote the lead-in: the likeliest label's first token alone
+        [4, 4, 1, 2, 11],   # spelling label 1: its second token
+        [4, 1, 2, 11, 12],  # label 1 spelled out: writes on freely
+        [1, 2, 13, 14, 7],  # as many tokens written as label 2 has: writes on freely
+        [4, 4, 1, 2, 13],   # spelling label 2: its second token
+    ])
+    out = choice(ids, scores.clone())
+    assert torch.equal(out[0], scores[0]) and torch.equal(out[3], scores[3]) and torch.equal(out[4], scores[4])
+    for row, token in ((1, 11), (2, 12), (5, 14)):
+        assert out[row].argmax() == token and torch.isinf(out[row]).sum() == 19
+    # A bias moves the choice; it is added to the labels' first tokens only.
+    biased = ChainEmotionChoice([1, 2], [[10], [11, 12], [13, 14, 15]], bias=[0.0, 0.0, 1.5])
+    assert biased(ids[1:2], scores[1:2].clone())[0].argmax() == 13
+    with pytest.raises(ValueError, match="first tokens must differ"):
+        ChainEmotionChoice([1, 2], [[10], [10, 12]])
+    with pytest.raises(ValueError, match="2 values for 3 labels"):
+        ChainEmotionChoice([1, 2], [[10], [11], [12]], bias=[0.0, 1.0])
+
+
+def test_emotion_step_tokens_follow_the_training_target(model):
+    labels = ["sad", "happy", "apprehensive"]
+    marker, spellings = emotion_step_tokens(model.tokenizer, labels)
+    assert model.tokenizer.decode(marker).strip() == "the emotion of the speaker is:"
+    assert [model.tokenizer.decode(s).strip() for s in spellings] == labels
+
+
+@torch.no_grad()
+def test_generation_writes_the_likeliest_trained_emotion(monkeypatch):
+    labels = ["sad", "happy", "apprehensive"]
+    config = EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotions": labels})
+    model = Empatheia(config).eval().merge_adapter()
+    items = _dialogues()[:1]
+    free = model.generate_text(items, PromptMode.FULL, 12)
+    # Random weights never write the emotion step's lead-in: let the third token the row
+    # wrote stand for it, so the choice falls right after its first occurrence.
+    lead = int(free.sequences[0, 2])
+    _, spellings = emotion_step_tokens(model.tokenizer, labels)
+    monkeypatch.setattr("empatheia.modeling.emotion_step_tokens", lambda tokenizer, names: ([lead], spellings))
+    model.config.language_model.choose_chain_emotion = True
+    chosen = model.generate_text(items, PromptMode.FULL, 12, score_steps=12)
+    row = chosen.sequences[0].tolist()
+    at = row.index(lead) + 1
+    firsts = torch.tensor([s[0] for s in spellings])
+    likeliest = spellings[int(chosen.scores[at][0][firsts].argmax())]  # the model's own scores at that step
+    assert row[:at] == free.sequences[0, :at].tolist()  # nothing before the lead-in changed
+    assert row[at : at + len(likeliest)] == likeliest
+    with pytest.raises(ValueError, match="needs language_model.chain_emotions"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.choose_chain_emotion": True})
