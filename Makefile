@@ -30,8 +30,11 @@ $(BROWSER_STAMP): $(STAMP)
 	elif apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; then touch $@; \
 	else echo "warning: could not install chromium with apt-get; the browser test will be skipped"; fi
 
+# One pytest-xdist worker per core (at most 4: each holds its own models in memory); a
+# test file stays on one worker, so its module-wide fixtures are built once.
+TEST_WORKERS ?= auto
 test: $(STAMP) $(BROWSER_STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests
 
 # The example's text only: the shipped small weights' speech and video projectors had far
 # less training than the text path and no held-out measure (docs/small_preset.md).

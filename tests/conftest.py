@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,14 @@ from empatheia.processing import Target
 from empatheia.prompts import ChainOfEmpathy, PromptMode
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+
+
+def pytest_configure(config):
+    # `make test` runs the suite in pytest-xdist workers, one per core: each worker is a
+    # process with torch's default of one thread per core, so without this the workers'
+    # threads would fight over the same cores.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
 
 
 def shared_data(relative: str) -> Path:

@@ -57,3 +57,40 @@ def test_paired_comparison_refuses_unmatched_lists():
         compare_paired_accuracy([True], [True, False])
     with pytest.raises(ValueError, match="same non-zero number"):
         compare_paired_accuracy([], [])
+
+
+def test_the_bench_compares_a_run_with_an_earlier_one_paired(tmp_path):
+    """bench/bow_emotion_baseline.py --predictions NEW --before OLD: the same paired line
+    for the earlier run as for bag-of-words."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from empatheia.data import read_dataset
+    from empatheia.data.render import split_ed_file
+
+    from .conftest import shared_data
+
+    # The first 40 real conversations: the bench holds out 4 of them, as `data split` would.
+    lines = shared_data("ed/ed_valid_conversations.jsonl").read_text(encoding="utf-8").splitlines()[:40]
+    ed = tmp_path / "ed.jsonl"
+    ed.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    held_out = list(read_dataset(split_ed_file(ed, tmp_path / "split")["eval"]))
+    new = {d.id: d.emotion for d in held_out}  # all right
+    old = {d.id: (d.emotion if k == 0 else None) for k, d in enumerate(held_out)}  # only the first right
+    for name, chains in (("new", new), ("old", old)):
+        (tmp_path / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"id": i, "chain_emotion": e}) + "\n" for i, e in chains.items()))
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "bench/bow_emotion_baseline.py", "--ed", str(ed),
+         "--predictions", str(tmp_path / "new.jsonl"), "--before", str(tmp_path / "old.jsonl")],
+        cwd=repo, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    compared = [line.strip() for line in result.stdout.splitlines() if "vs before" in line]
+    n = len(held_out)
+    assert len(compared) == 2  # over the 32 labels and over the 7 classes
+    for line in compared:
+        assert line.startswith(f"model 1.0000 vs before {1 / n:.4f}: difference {(n - 1) / n:+.4f}"), line
+        assert f"only the model right on {n - 1}, only before on 0" in line
