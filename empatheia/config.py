@@ -185,13 +185,9 @@ class LanguageModelConfig:
     step (``EmpatheticResponse.chain_emotion``): each label's first token, renormalised
     over the labels, so the labels' first tokens must differ."""
     choose_chain_emotion: bool = False
-    """Write the chain's emotion as the most likely of ``chain_emotions`` (their first
-    tokens' scores plus ``chain_emotion_bias``) rather than whatever word decoding picks,
-    also when sampling (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
-    chain_emotion_bias: Optional[List[float]] = None
-    """One value per label of ``chain_emotions``, added to its first token's score when
-    ``choose_chain_emotion`` chooses: a calibration of the labels' priors, fitted on
-    training dialogues (``bench/chain_emotion_calibration.py``)."""
+    """Write the chain's emotion as the most likely of ``chain_emotions`` (by their first
+    tokens' scores) rather than whatever word decoding picks, also when sampling
+    (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     load_in_4bit: bool = False
     """Load the pretrained base weights in 4 bits (NF4 with double quantization, float16
@@ -206,9 +202,6 @@ class LanguageModelConfig:
             raise ValueError(f"language_model.{error}") from None
         if self.choose_chain_emotion and not self.chain_emotions:
             raise ValueError("language_model.choose_chain_emotion needs language_model.chain_emotions to choose among")
-        if self.chain_emotion_bias is not None and len(self.chain_emotion_bias) != len(self.chain_emotions or []):
-            raise ValueError(f"language_model.chain_emotion_bias has {len(self.chain_emotion_bias)} values for "
-                             f"{len(self.chain_emotions or [])} chain_emotions: give one per label")
 
 
 def check_no_repeat_ngram_size(value: Any) -> None:

@@ -101,8 +101,8 @@ class ChainEmotionChoice(LogitsProcessor):
     likelihood, then spelled out.
 
     Right after a row writes the emotion step's lead-in (``marker``), the label whose first
-    token scores highest, plus its ``bias``, is chosen and its first token is the only one
-    left standing; the next tokens are forced to spell the rest of it. Greedy decoding
+    token scores highest is chosen and its first token is the only one left standing; the
+    next tokens are forced to spell the rest of it. Greedy decoding
     would let any word win there ("helpless", "amazed"), which the labels' folds cannot
     read; sampling would draw the emotion, which is a reading of the dialogue rather than
     a choice of words, so it is taken as the most likely label in both. After the label
@@ -111,35 +111,30 @@ class ChainEmotionChoice(LogitsProcessor):
     Args:
         marker: token ids of the lead-in (:func:`emotion_step_tokens`).
         spellings: each label's token ids, first tokens distinct.
-        bias: ``(K,)`` added to the labels' first-token scores before the choice (a
-            calibration of the labels' priors); ``None`` adds nothing.
     """
 
-    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]], bias: Optional[Sequence[float]] = None):
+    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]]):
         firsts = [s[0] for s in spellings]
         if len(set(firsts)) != len(firsts):
             raise ValueError("the labels' first tokens must differ to choose among them")
-        if bias is not None and len(bias) != len(spellings):
-            raise ValueError(f"chain emotion bias has {len(bias)} values for {len(spellings)} labels")
         self.marker = torch.as_tensor(list(marker), dtype=torch.long)
         width = max(len(s) for s in spellings)
         self.spellings = torch.tensor([list(s) + [-1] * (width - len(s)) for s in spellings], dtype=torch.long)  # (K, W)
         self.lengths = torch.tensor([len(s) for s in spellings], dtype=torch.long)  # (K,)
         self.firsts = self.spellings[:, 0]
-        self.bias = torch.zeros(len(spellings)) if bias is None else torch.as_tensor(list(bias), dtype=torch.float32)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         end, found = marker_ends(input_ids, self.marker)
         if not bool(found.any()):
             return scores
-        device, (rows, length) = scores.device, input_ids.shape
+        device, length = scores.device, input_ids.shape[1]
         firsts, spellings, lengths = self.firsts.to(device), self.spellings.to(device), self.lengths.to(device)
         written = length - end  # (B,) tokens written after the lead-in
         # The next token of each row: its label's first (choosing) or next token (spelling).
-        choice = (scores[:, firsts].float() + self.bias.to(device)).argmax(1)  # (B,)
+        choice = scores[:, firsts].argmax(1)  # (B,)
         first_written = input_ids.gather(1, end.clamp(max=length - 1)[:, None]).squeeze(1)  # (B,)
-        label = (first_written[:, None] == firsts[None, :]).float().argmax(1)  # (B,)
-        spelled = (first_written[:, None] == firsts[None, :]).any(1)
+        matches = first_written[:, None] == firsts[None, :]  # (B, K)
+        label, spelled = matches.float().argmax(1), matches.any(1)  # (B,) which label a row is spelling, if any
         choose = found & (written == 0)
         spell = found & spelled & (written > 0) & (written < lengths[label])
         forced = torch.where(choose, firsts[choice], spellings[label, written.clamp(max=spellings.shape[1] - 1)])

@@ -696,7 +696,7 @@ class Empatheia(nn.Module, Responder):
         processors: List[LogitsProcessor] = []
         if lm.choose_chain_emotion and mode in (PromptMode.TEXT, PromptMode.FULL):
             marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
-            processors.append(ChainEmotionChoice(marker, spellings, lm.chain_emotion_bias))
+            processors.append(ChainEmotionChoice(marker, spellings))
         if decoding.controls_repetition:
             markers = reply_markers(self.tokenizer, mode)
             if markers:

@@ -393,13 +393,8 @@ def test_chain_emotion_choice_picks_the_likeliest_label_and_spells_it():
     assert torch.equal(out[0], scores[0]) and torch.equal(out[3], scores[3]) and torch.equal(out[4], scores[4])
     for row, token in ((1, 11), (2, 12), (5, 14)):
         assert out[row].argmax() == token and torch.isinf(out[row]).sum() == 19
-    # A bias moves the choice; it is added to the labels' first tokens only.
-    biased = ChainEmotionChoice([1, 2], [[10], [11, 12], [13, 14, 15]], bias=[0.0, 0.0, 1.5])
-    assert biased(ids[1:2], scores[1:2].clone())[0].argmax() == 13
     with pytest.raises(ValueError, match="first tokens must differ"):
         ChainEmotionChoice([1, 2], [[10], [10, 12]])
-    with pytest.raises(ValueError, match="2 values for 3 labels"):
-        ChainEmotionChoice([1, 2], [[10], [11], [12]], bias=[0.0, 1.0])
 
 
 def test_emotion_step_tokens_follow_the_training_target(model):
