@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,14 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+def pytest_configure(config):
+    # `make test` runs the suite in pytest-xdist workers, one per core: each worker is a
+    # process with torch's default of one thread per core, so without this the workers'
+    # threads would fight over the same cores.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
 def shared_data(relative: str) -> Path:
     """A file of the project's shared real data; the test is skipped where it is absent."""
     path = (SHARED_DATA / relative).resolve()
@@ -35,6 +44,20 @@ def shared_data(relative: str) -> Path:
 @pytest.fixture
 def model() -> Empatheia:
     return Empatheia.from_preset("tiny")
+
+
+@pytest.fixture(scope="module")
+def tiny_model() -> Empatheia:
+    """One tiny model for all the tests of a module that only read it."""
+    return Empatheia.from_preset("tiny")
+
+
+@pytest.fixture
+def answer_with(tiny_model, monkeypatch):
+    """The command line answers (``respond``, ``eval``) with the module's tiny model instead
+    of loading its own."""
+    monkeypatch.setattr("empatheia.cli.load_system", lambda args: tiny_model)
+    return tiny_model
 
 
 def make_dialogue(turns: int = 3, audio: bool = True, video: bool = True, seed: int = 0, gold: bool = True) -> Dialogue:

@@ -19,7 +19,6 @@ import soundfile
 import torch
 
 import empatheia.cli as cli
-from empatheia import Empatheia
 from empatheia.data.readers import MAX_UTTERANCE_CHARS
 from empatheia.errors import DataError
 from empatheia.generators.avatars import AvatarRegistry
@@ -29,18 +28,6 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONVERSATION = json.loads((EXAMPLES / "dialogues.json").read_text())[0]  # utterances 0-2, avatars 1, 2, 1
 HISTORY_RE = re.escape("turns[0].dialogue_history")  # where dialogue turn i is in the file
 SPEECH = (np.random.default_rng(0).standard_normal(16000) * 0.1).astype(np.float32)
-
-
-@pytest.fixture(scope="module")
-def tiny() -> Empatheia:
-    return Empatheia.from_preset("tiny")
-
-
-@pytest.fixture
-def answer_with(tiny, monkeypatch):
-    """``respond`` answers with the one tiny model of this module instead of loading its own."""
-    monkeypatch.setattr(cli, "load_system", lambda args: tiny)
-    return tiny
 
 
 def write_conversation(folder: Path, change=None, name: str = "conv.json") -> Path:
@@ -140,8 +127,8 @@ def test_max_new_tokens_must_be_positive(value, tmp_path, capsys):
     assert "argument --max-new-tokens:" in capsys.readouterr().err
 
 
-def test_a_truncated_checkpoint_is_one_line(tiny, tmp_path):
-    tiny.save_pretrained(tmp_path / "ckpt")
+def test_a_truncated_checkpoint_is_one_line(tiny_model, tmp_path):
+    tiny_model.save_pretrained(tmp_path / "ckpt")
     weights = tmp_path / "ckpt" / "empatheia.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     path = write_conversation(tmp_path)

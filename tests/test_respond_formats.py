@@ -51,18 +51,6 @@ ED_RESPONSES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny() -> Empatheia:
-    return Empatheia.from_preset("tiny")
-
-
-@pytest.fixture
-def answer_with(tiny, monkeypatch):
-    """``respond`` answers with the one tiny model of this module instead of loading its own."""
-    monkeypatch.setattr(cli, "load_system", lambda args: tiny)
-    return tiny
-
-
 def write_jsonl(path: Path, records) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records))

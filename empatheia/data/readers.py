@@ -122,12 +122,7 @@ def read_dataset(
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     labels = as_label_sets(labels) or LabelSets()
     records, escaped = _load_records(path)
-    if format == "auto":
-        format = _detect_format(path, records)
-    if format not in _READERS:
-        raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
-    if format == "avatar" and media_root is None:
-        media_root = path.parent
+    format, media_root = _format_and_media_root(path, records, format, media_root)
     conversations = len(records)
     if format == "ed-responses":
         # One line per response: several lines share a conversation.
@@ -222,12 +217,7 @@ def read_example(
     parsed = [(name, record) for name, record in records if not isinstance(record, DataError)]
     if not parsed:
         raise _unparsable(path, records)
-    if format == "auto":
-        format = _detect_format(path, records)
-    if format not in _READERS:
-        raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
-    if format == "avatar" and media_root is None:
-        media_root = path.parent
+    format, media_root = _format_and_media_root(path, records, format, media_root)
     keyed = [(_conversation_key(format, record, name), name, record) for name, record in parsed]
     ids = list(dict.fromkeys(key for key, _, _ in keyed))
     if conversation is None:
@@ -310,6 +300,18 @@ def _unparsable(path: Path, records: List[Tuple[str, Any]]) -> DataError:
 
 
 # ---------------------------------------------------------------------- file level
+def _format_and_media_root(path: Path, records, format: str, media_root: Optional[PathLike]):
+    """``(format, media_root)`` of a file: ``"auto"`` told from its records, and an avatar
+    file's media found beside it unless ``media_root`` says otherwise."""
+    if format == "auto":
+        format = _detect_format(path, records)
+    if format not in _READERS:
+        raise ValueError(f"unknown dataset format {format!r}; choose one of {list(FORMATS)} or 'auto'")
+    if format == "avatar" and media_root is None:
+        media_root = path.parent
+    return format, media_root
+
+
 def _load_records(path: Path) -> Tuple[List[Tuple[str, Any]], bool]:
     """``(record name, record)`` pairs: the items of a JSON list, the lines of JSONL, or a
     file's one object. A JSONL line that is not JSON comes as a :class:`DataError` record,
