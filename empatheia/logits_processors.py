@@ -75,7 +75,8 @@ def marker_ends(input_ids: torch.Tensor, marker: torch.Tensor):
 
 def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
     """``(marker, spellings)``: the token ids of the chain's emotion-step lead-in
-    (``the emotion of the speaker is:``) and of each label written after it, both as a
+    (``the emotion of the speaker is:``) and of each label written after it with the line
+    break that ends the step (so ``content`` cannot go on as ``contented``), both as a
     training target tokenizes them (a label's tokens can depend on what precedes it)."""
     marker: Optional[List[int]] = None
     spellings: List[List[int]] = []
@@ -87,7 +88,8 @@ def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
         pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
         at = text.lower().find(_EMOTION_STEP)
         mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
-        spelled = [token for token, (begin, end) in pairs if end > lead and begin < start + len(label)]
+        assert text[start + len(label)] == "\n"  # chain_text ends each step with a line break
+        spelled = [token for token, (begin, end) in pairs if end > lead and begin <= start + len(label)]
         if marker is None:
             marker = mine
         elif mine != marker:

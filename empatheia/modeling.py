@@ -688,7 +688,8 @@ class Empatheia(nn.Module, Responder):
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding]) -> List[LogitsProcessor]:
         """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
-        generation in layout ``mode``: the reply's repetition control, then sampling."""
+        generation in layout ``mode``: the choice of the chain's emotion where the config
+        asks for it, the reply's repetition control, then sampling."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
         lm = self.config.language_model

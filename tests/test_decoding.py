@@ -353,6 +353,35 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
             assert after.text and after.text != before.text
 
 
+@torch.no_grad()
+def test_the_shipped_chain_names_a_label_where_greedy_wrote_another_word(small_model, tmp_path):
+    """Two held-out dialogues whose greedy chain names a feeling that is no ED label
+    ('loyal', 'contented'); chosen among the labels, the chain writes the label the model
+    itself scores highest (faithful, content), and nothing before it changes."""
+    from empatheia.data.readers import read_dataset
+
+    wanted = {"hit:10147_conv:20294/1": ("loyal", "faithful"), "hit:3121_conv:6242/3": ("contented", "content")}
+    conversations = {w.split("/")[0] for w in wanted}
+    lines = [line for line in shared_data("ed/ed_valid_conversations.jsonl").open(encoding="utf-8")
+             if any(f'"{c}"' in line for c in conversations)]
+    (tmp_path / "ed.jsonl").write_text("".join(lines), encoding="utf-8")
+    dialogues = [d for d in read_dataset(tmp_path / "ed.jsonl").dialogues if d.id in wanted]
+    settings = small_model.config.language_model
+    shipped = settings.choose_chain_emotion
+    try:
+        settings.choose_chain_emotion = False
+        free = small_model.respond(dialogues)
+        settings.choose_chain_emotion = True
+        chosen = small_model.respond(dialogues)
+    finally:
+        settings.choose_chain_emotion = shipped
+    for dialogue, before, after in zip(dialogues, free, chosen):
+        greedy, label = wanted[dialogue.id]
+        assert before.chain.speaker_emotion == greedy
+        assert after.chain.speaker_emotion == label == after.chain_emotion.label
+        assert after.chain.event_scenario == before.chain.event_scenario
+
+
 # ---------------------------------------------------------------------- the sweep
 def test_decoding_sweep_runs_on_tiny(tmp_path):
     data = tmp_path / "ed.jsonl"
@@ -401,7 +430,7 @@ def test_emotion_step_tokens_follow_the_training_target(model):
     labels = ["sad", "happy", "apprehensive"]
     marker, spellings = emotion_step_tokens(model.tokenizer, labels)
     assert model.tokenizer.decode(marker).strip() == "the emotion of the speaker is:"
-    assert [model.tokenizer.decode(s).strip() for s in spellings] == labels
+    assert [model.tokenizer.decode(s) for s in spellings] == [f" {label}\n" for label in labels]
 
 
 @torch.no_grad()
