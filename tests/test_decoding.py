@@ -342,7 +342,7 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
     free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0)
     # Today's greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
     assert repeated_sentences([r.text for r in free])["repeated_sentence_count"] == 3, [r.text for r in free]
-    for setting in ({"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.2}):
+    for setting in ({}, {"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.2}):  # {}: small's defaults
         controlled = small_model.respond(dialogues, **setting)
         texts = [r.text for r in controlled]
         assert repeated_sentences(texts)["repeated_sentence_count"] == 0, (setting, texts)
