@@ -342,10 +342,14 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
     free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0)
     # Today's greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
     assert repeated_sentences([r.text for r in free])["repeated_sentence_count"] == 3, [r.text for r in free]
-    for setting in ({}, {"no_repeat_ngram_size": 2}, {"repetition_penalty": 1.2}):  # {}: small's defaults
+    # small's default, 3-gram blocking, ends the loop of three tokens; "Congratulations!"
+    # comes back after a space of its own, a 3-gram it never wrote, so only a 2-gram block or
+    # the penalty end that one (docs/small_preset.md, Decoding and the chain's emotion).
+    for setting, repeats in (({}, 2), ({"no_repeat_ngram_size": 2}, 0), ({"repetition_penalty": 1.2}, 0)):
         controlled = small_model.respond(dialogues, **setting)
         texts = [r.text for r in controlled]
-        assert repeated_sentences(texts)["repeated_sentence_count"] == 0, (setting, texts)
+        assert repeated_sentences(texts)["repeated_sentence_count"] == repeats, (setting, texts)
+        assert not any("How about you? How about you?" in text for text in texts)
         for before, after in zip(free, controlled):
             # The chain, template and all, is written as before; only the reply changed.
             assert after.chain.parsed and after.chain.speaker_emotion == before.chain.speaker_emotion

@@ -145,6 +145,8 @@ class StoppableModel:
     def __init__(self):
         self.inside, self.release = threading.Event(), threading.Event()
         self.calls = 0
+        # What a run records of the model's decoding defaults (run.json).
+        self.config = SimpleNamespace(language_model=SimpleNamespace(no_repeat_ngram_size=0, repetition_penalty=1.0))
 
     def respond(self, batch, **_):
         self.calls += 1
