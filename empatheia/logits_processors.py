@@ -82,14 +82,13 @@ def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
     spellings: List[List[int]] = []
     for label in labels:
         text = chain_text(ChainOfEmpathy(event_scenario="a party", speaker_emotion=label))
-        lead = text.lower().find(_EMOTION_STEP) + len(_EMOTION_STEP) + 1  # past the colon
-        start = text.index(label, lead)
+        at = text.lower().find(_EMOTION_STEP)
+        lead = at + len(_EMOTION_STEP) + 1  # past the colon
+        stop = text.index(label, lead) + len(label)  # the line break chain_text ends the step with
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
-        at = text.lower().find(_EMOTION_STEP)
         mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
-        assert text[start + len(label)] == "\n"  # chain_text ends each step with a line break
-        spelled = [token for token, (begin, end) in pairs if end > lead and begin <= start + len(label)]
+        spelled = [token for token, (begin, end) in pairs if end > lead and begin <= stop]
         if marker is None:
             marker = mine
         elif mine != marker:
