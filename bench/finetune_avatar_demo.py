@@ -24,7 +24,9 @@ avatar"), on data built from what the repository's tests may read:
 Then it runs the documented commands (printed as it goes) and prints the held-out emotion
 and profile accuracies of the untuned model (`small` with its classifiers resized to the
 new labels, what fine-tuning starts from), of `small`'s own 7-class reading sent through
-the same fold, and of the fine-tuned model. ``--json FILE`` writes them.
+the same fold (`empatheia eval --preset small --labels ...`), and of the fine-tuned model,
+and compares the fine-tuned model with each of the other two, paired. ``--json FILE``
+writes them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from empatheia.data.render import split_conversations  # noqa: E402
+from empatheia.evaluation.baselines import compare_paired_accuracy  # noqa: E402
 
 # ED label -> (class, MEAD face emotion, speech clip or None).
 CLASSES = {
@@ -72,7 +75,7 @@ def _hash(text: str) -> int:
 def choose_conversations(ed_file: Path, per_class_train: int, per_class_eval: int):
     """``(train, eval)`` conversation records, balanced over :data:`CLASSES`, in a fixed
     order (by a hash of the id), the held-out ones from the held-out split."""
-    records = [json.loads(line) for line in ed_file.read_text().splitlines() if line.strip()]
+    records = read_jsonl(ed_file)
     _, held = split_conversations([r["conv_id"] for r in records])
     held = set(held)
     label_class = {label: cls for cls, labels in CLASSES.items() for label in labels}
@@ -129,7 +132,7 @@ def build_dataset(args) -> Path:
         run([sys.executable, "-m", "empatheia", "data", "render", str(source), "--out", str(render / name)])
     data.mkdir(parents=True, exist_ok=True)
     for name, actors in (("train", TRAIN_ACTORS), ("val", (EVAL_ACTOR,))):
-        lines = [json.loads(line) for line in (render / name / "train.jsonl").read_text().splitlines()]
+        lines = read_jsonl(render / name / "train.jsonl")
         # The rendered clips move under data/ so that the JSONL's relative paths hold.
         if not (data / name).exists():
             shutil.copytree(render / name / "clips", data / name)
@@ -151,7 +154,7 @@ def run(command, cwd=None) -> None:
 
 
 def class_counts(path: Path) -> Counter:
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines = read_jsonl(path)
     label_class = {label: cls for cls, labels in CLASSES.items() for label in labels}
     return Counter(label_class[line["emotion"]] for line in lines)
 
@@ -185,6 +188,7 @@ def fine_tune_and_score(args) -> dict:
     """Run docs/training.md's commands in ``args.out`` (the data folder is ``my_avatar/``
     there, as the docs name it) and score the untuned and the fine-tuned model."""
     from empatheia import Empatheia
+    from empatheia.evaluation.records import emotion_class
     from empatheia.labels import LabelSets
 
     work = args.out
@@ -210,44 +214,39 @@ def fine_tune_and_score(args) -> dict:
     else:
         train_seconds = None
     extra = ["--max-new-tokens", str(args.max_new_tokens)] if args.max_new_tokens else []
-    scores = {}
-    for name, model_dir in (("untuned", "untuned"), ("fine-tuned", "runs/finetune_avatar/final")):
-        out = f"eval/{name}"
-        run([*empatheia, "eval", "--checkpoint", model_dir, "--data", "my_avatar/val.jsonl", "--out", out, *extra], cwd=work)
+    # `small` as shipped reads its own 7 classes; scored with the user's labels, each goes
+    # through their fold (happy -> upbeat, fear and angry -> stressed; sad is none of the
+    # three, so wrong).
+    models = {"untuned": ["--checkpoint", "untuned"],
+              "small, its 7 classes through the fold": ["--preset", "small", "--labels", labels],
+              "fine-tuned": ["--checkpoint", "runs/finetune_avatar/final"]}
+    user_labels = LabelSets.from_yaml(work / labels)
+    scores, correct = {}, {}
+    for name, model in models.items():
+        out = f"eval/{name.split(',')[0]}"
+        run([*empatheia, "eval", *model, "--data", "my_avatar/val.jsonl", "--out", out, *extra], cwd=work)
         metrics = json.loads((work / out / "metrics.json").read_text())
-        predicted = Counter(json.loads(line)["emotion"] for line in (work / out / "predictions.jsonl").read_text().splitlines())
+        predictions = read_jsonl(work / out / "predictions.jsonl")
+        gold = {r["id"]: r["emotion"] for r in read_jsonl(work / out / "references.jsonl")}
+        # Scored as eval scores: each prediction in the user's classes, through their fold.
+        correct[name] = [emotion_class(p["emotion"], user_labels) == gold[p["id"]]
+                         for p in sorted(predictions, key=lambda p: p["id"])]
         scores[name] = {"emotion_accuracy": metrics["emotion_accuracy"], "emotion_macro_f1": metrics.get("emotion_macro_f1"),
-                        "profile": metrics.get("profile"), "predicted": dict(predicted)}
-    scores["small, its 7 classes through the fold"] = folded_small_accuracy(work / "my_avatar", args.max_new_tokens)
+                        "profile": metrics.get("profile"), "predicted": dict(Counter(p["emotion"] for p in predictions))}
+    paired = {}
+    for other in ("untuned", "small, its 7 classes through the fold"):
+        result = compare_paired_accuracy(correct["fine-tuned"], correct[other])
+        paired[f"fine-tuned vs {other}"] = {"difference": result.difference, "interval": list(result.interval),
+                                            "only_fine_tuned": result.only_a, "only_other": result.only_b,
+                                            "mcnemar_p": result.p_value}
     gold = class_counts(work / "my_avatar" / "val.jsonl")
     return {"held_out_examples": sum(gold.values()), "gold": dict(gold),
             "chance": max(gold.values()) / sum(gold.values()), "train_seconds": train_seconds,
-            "command": " ".join(str(c) for c in train[2:]), **scores}
+            "command": " ".join(str(c) for c in train[2:]), **scores, "paired": paired}
 
 
-def folded_small_accuracy(data: Path, max_new_tokens) -> dict:
-    """What `small` knows without fine-tuning: its own 7-class emotion of each held-out
-    example, sent through the labels file's fold (happy -> upbeat, fear and angry ->
-    stressed; a class the fold does not send to one of the three, such as sad, is wrong)."""
-    import torch
-
-    from empatheia import Empatheia
-    from empatheia.data.readers import read_dataset
-    from empatheia.evaluation.records import emotion_class
-    from empatheia.labels import LabelSets
-
-    labels = LabelSets.from_yaml(data / "labels.yaml")
-    dialogues = list(read_dataset(data / "val.jsonl", labels=labels).dialogues)
-    model = Empatheia.from_preset("small")
-    predicted = []
-    with torch.no_grad():
-        for first in range(0, len(dialogues), 8):
-            predicted += [r.emotion.label for r in model.respond(dialogues[first:first + 8], max_new_tokens=max_new_tokens)]
-    folded = [emotion_class(p, labels) for p in predicted]
-    gold = [labels.emotion_class(d.emotion) for d in dialogues]
-    return {"emotion_accuracy": sum(f == g for f, g in zip(folded, gold)) / len(gold),
-            "predicted": dict(Counter(predicted)), "folded": dict(Counter(folded))}
-
+def read_jsonl(path: Path) -> list:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 if __name__ == "__main__":
     main()

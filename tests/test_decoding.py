@@ -457,5 +457,13 @@ def test_generation_writes_the_likeliest_trained_emotion(monkeypatch):
     likeliest = spellings[int(chosen.scores[at][0][firsts].argmax())]  # the model's own scores at that step
     assert row[:at] == free.sequences[0, :at].tolist()  # nothing before the lead-in changed
     assert row[at : at + len(likeliest)] == likeliest
+    # Sampling draws after the choice, so it draws the likeliest label too, whatever the seed.
+    raw = torch.randn(1, len(model.tokenizer), generator=torch.Generator().manual_seed(1))
+    raw[0, firsts] = torch.tensor([0.0, 0.5, 1.0])  # the last label is the likeliest
+    for seed in range(5):
+        scores = raw.clone()
+        for processor in model._decoding_processors(PromptMode.FULL, Decoding(do_sample=True, temperature=2.0, seed=seed)):
+            scores = processor(torch.tensor([[lead]]), scores)
+        assert int(scores.argmax()) == int(firsts[2])
     with pytest.raises(ValueError, match="needs language_model.chain_emotions"):
         EmpatheiaConfig.from_preset("tiny", {"language_model.choose_chain_emotion": True})

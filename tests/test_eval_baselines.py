@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from empatheia import Dialogue, Turn
+from empatheia.data import read_dataset
+from empatheia.data.render import split_ed_file
 from empatheia.evaluation.baselines import BagOfWordsEmotion, compare_paired_accuracy, dialogue_text
+
+from .conftest import shared_data
 
 
 def test_learns_word_cues_and_generalises_to_unseen_texts():
@@ -62,16 +71,6 @@ def test_paired_comparison_refuses_unmatched_lists():
 def test_the_bench_compares_a_run_with_an_earlier_one_paired(tmp_path):
     """bench/bow_emotion_baseline.py --predictions NEW --before OLD: the same paired line
     for the earlier run as for bag-of-words."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from empatheia.data import read_dataset
-    from empatheia.data.render import split_ed_file
-
-    from .conftest import shared_data
-
     # The first 40 real conversations: the bench holds out 4 of them, as `data split` would.
     lines = shared_data("ed/ed_valid_conversations.jsonl").read_text(encoding="utf-8").splitlines()[:40]
     ed = tmp_path / "ed.jsonl"
