@@ -34,7 +34,7 @@ $(BROWSER_STAMP): $(STAMP)
 # test file stays on one worker, so its module-wide fixtures are built once.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(BROWSER_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --durations=20 tests
 
 # The example's text only: the shipped small weights' speech and video projectors had far
 # less training than the text path and no held-out measure (docs/small_preset.md).

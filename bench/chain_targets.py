@@ -8,6 +8,12 @@ targets (the situation as the event, the emotion; no cause, no goal) and the new
 the share of targets naming all four steps; the share whose event equals the speaker's
 first utterance, contains it word for word, or nearly copies it (difflib's word-sequence
 ratio 0.8 or more); and the average words per step. Then five examples.
+
+    python bench/chain_targets.py --ed runs/small/ed/eval.jsonl \
+        --predictions runs/small/eval_heldout_new/predictions.jsonl OTHER/predictions.jsonl
+
+With ``--predictions`` (``empatheia eval`` outputs on the same file) the same numbers of
+each file's generated chains follow as columns, on the examples they answered.
 """
 
 from __future__ import annotations
@@ -46,25 +52,55 @@ def measure(chains, first_utterances):
     return out
 
 
+def _generated_chains(path: Path):
+    """``{id: ChainOfEmpathy}`` of the generated chains in an ``empatheia eval``
+    predictions file (an answer without one counts as a chain with no steps)."""
+    import json
+
+    fields = [name for name, _ in CHAIN_STEPS]
+    chains = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if "id" not in record:
+            raise SystemExit(f"error: {path}, line {number}: no 'id'")
+        steps = record.get("chain_of_empathy") or {}
+        chains[record["id"]] = ChainOfEmpathy(**{name: steps.get(name) for name in fields})
+    return chains
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True, help="an ed-conversations JSONL file")
     parser.add_argument("--examples", type=int, default=5)
+    parser.add_argument("--predictions", type=Path, nargs="+", default=[],
+                        help="predictions.jsonl files whose generated chains to measure beside the targets")
     args = parser.parse_args()
     corpus = read_dataset(args.ed)
     dialogues = corpus.dialogues
+    generated = [_generated_chains(path) for path in args.predictions]
+    if generated:
+        answered = set.intersection(*(set(chains) for chains in generated))
+        dialogues = [d for d in dialogues if d.id in answered]
+        if not dialogues:
+            raise SystemExit(f"error: no example of {args.ed} is answered in every --predictions file")
     firsts = [next(t.text for t in d.turns if t.role == "speaker") for d in dialogues]
     # The targets before: ED's situation as the event, the emotion, nothing else.
     before = [ChainOfEmpathy(event_scenario=(d.context or "").strip() or None, speaker_emotion=d.emotion)
               for d in dialogues]
     after = [d.chain for d in dialogues]
-    old, new = measure(before, firsts), measure(after, firsts)
-    print(f"{len(dialogues)} examples of {corpus.conversations} conversations ({args.ed.name})")
-    print(f"{'':44} {'before':>8} {'after':>8}")
-    for key in old:
-        unit = "{:8.3f}" if key.startswith("words") else "{:8.1%}"
-        print(f"{key:44} {unit.format(old[key])} {unit.format(new[key])}")
-    step = max(1, len(dialogues) // args.examples)
+    columns = {"before": measure(before, firsts), "after": measure(after, firsts)}
+    for path, chains in zip(args.predictions, generated):
+        columns[path.parent.name or path.name] = measure([chains[d.id] for d in dialogues], firsts)
+    print(f"{len(dialogues)} examples of {corpus.conversations} conversations ({args.ed.name}); targets before and "
+          f"after the rule-built steps" + (", then the generated chains of each --predictions file" if generated else ""))
+    width = max(8, *(len(name) for name in columns))
+    print(f"{'':44} " + " ".join(f"{name:>{width}}" for name in columns))
+    for key in columns["before"]:
+        unit = f"{{:{width}.3f}}" if key.startswith("words") else f"{{:{width}.1%}}"
+        print(f"{key:44} " + " ".join(unit.format(values[key]) for values in columns.values()))
+    step = max(1, len(dialogues) // max(1, args.examples))
     for d in dialogues[::step][: args.examples]:
         print(f"\n[{d.id}] situation: {d.context}")
         print(f"  speaker's last turn: {[t.text for t in d.turns if t.role == 'speaker'][-1]}")

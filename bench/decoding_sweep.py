@@ -29,25 +29,39 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from empatheia.decoding import Decoding  # noqa: E402
+from empatheia.prompts import chain_is_complete  # noqa: E402
 
 SEED = 0
+_OFF = {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "block_repeated_sentences": False}
+_CONTROLLED = {"no_repeat_ngram_size": 3, "block_repeated_sentences": True}
+
+
+def _sample(temperature: float, top_p: float, sample_chain: bool = True, **control) -> Decoding:
+    return Decoding(**dict(_OFF, do_sample=True, seed=SEED, temperature=temperature, top_p=top_p,
+                           sample_chain=sample_chain, **control))
+
+
 SETTINGS: Dict[str, Decoding] = {
-    "greedy": Decoding(no_repeat_ngram_size=0, repetition_penalty=1.0),
-    "no_repeat_2": Decoding(no_repeat_ngram_size=2, repetition_penalty=1.0),
-    "no_repeat_3": Decoding(no_repeat_ngram_size=3, repetition_penalty=1.0),
-    "no_repeat_4": Decoding(no_repeat_ngram_size=4, repetition_penalty=1.0),
-    "penalty_1.1": Decoding(no_repeat_ngram_size=0, repetition_penalty=1.1),
-    "penalty_1.2": Decoding(no_repeat_ngram_size=0, repetition_penalty=1.2),
-    "penalty_1.3": Decoding(no_repeat_ngram_size=0, repetition_penalty=1.3),
-    "sample_t0.7_p0.9": Decoding(do_sample=True, temperature=0.7, top_p=0.9, seed=SEED, no_repeat_ngram_size=0,
-                                 repetition_penalty=1.0),
-    "sample_t1.0_p0.95": Decoding(do_sample=True, temperature=1.0, top_p=0.95, seed=SEED, no_repeat_ngram_size=0,
-                                  repetition_penalty=1.0),
+    "greedy": Decoding(**_OFF),
+    "no_repeat_2": Decoding(**dict(_OFF, no_repeat_ngram_size=2)),
+    "no_repeat_3": Decoding(**dict(_OFF, no_repeat_ngram_size=3)),
+    "no_repeat_4": Decoding(**dict(_OFF, no_repeat_ngram_size=4)),
+    "penalty_1.1": Decoding(**dict(_OFF, repetition_penalty=1.1)),
+    "penalty_1.2": Decoding(**dict(_OFF, repetition_penalty=1.2)),
+    "penalty_1.3": Decoding(**dict(_OFF, repetition_penalty=1.3)),
+    "sentences": Decoding(**dict(_OFF, block_repeated_sentences=True)),
+    "no_repeat_3_sentences": Decoding(**dict(_OFF, **_CONTROLLED)),
+    "sample_t0.7_p0.9": _sample(0.7, 0.9),
+    "sample_t1.0_p0.95": _sample(1.0, 0.95),
+    "sample_t0.7_p0.9_no_repeat_3_sentences": _sample(0.7, 0.9, **_CONTROLLED),
+    "sample_reply_t0.7_p0.9_no_repeat_3_sentences": _sample(0.7, 0.9, sample_chain=False, **_CONTROLLED),
 }
-COLUMNS = ("dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_4", "repeated_sentence_share", "chain_parsed_share")
+COLUMNS = ("dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_4", "repeated_sentence_share", "chain_parsed_share",
+           "chain_complete_share")
 
 
-def score(answers: Sequence[str], gold: Sequence[str], parsed: Sequence[bool]) -> Dict[str, Any]:
+def score(answers: Sequence[str], gold: Sequence[str], parsed: Sequence[bool],
+          complete: Sequence[bool] = ()) -> Dict[str, Any]:
     """The sweep's numbers for one setting's answers against the gold replies."""
     from empatheia.evaluation import text
 
@@ -58,6 +72,7 @@ def score(answers: Sequence[str], gold: Sequence[str], parsed: Sequence[bool]) -
         **{k: bleu[k] for k in ("bleu_1", "bleu_2", "bleu_4")},
         **text.repeated_sentences(answers),
         "chain_parsed_share": sum(parsed) / len(parsed) if parsed else None,
+        "chain_complete_share": sum(complete) / len(complete) if complete else None,
     }
 
 
@@ -66,14 +81,15 @@ def sweep(model, dialogues, gold: Sequence[str], settings: Dict[str, Decoding], 
     rows = []
     for name, decoding in settings.items():
         start = time.perf_counter()
-        answers, parsed = [], []
+        answers, parsed, complete = [], [], []
         for first in range(0, len(dialogues), batch_size):
             batch = dialogues[first : first + batch_size]
             for response in model.respond(batch, max_new_tokens=max_new_tokens, **decoding.kwargs()):
                 answers.append(response.text)
                 parsed.append(bool(response.chain.parsed))
+                complete.append(chain_is_complete(response.chain))
         seconds = time.perf_counter() - start
-        rows.append({"setting": name, "decoding": decoding.record(), **score(answers, gold, parsed),
+        rows.append({"setting": name, "decoding": decoding.record(), **score(answers, gold, parsed, complete),
                      "seconds": round(seconds, 1), "answers": answers})
         print(f"{name}: {seconds:.1f}s", file=sys.stderr, flush=True)
     return rows

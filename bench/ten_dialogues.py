@@ -1,8 +1,8 @@
 """Answer the ten fixed dialogues of `examples/ten_dialogues.json` and print them as a table.
 
     python bench/ten_dialogues.py                                   # the model's default decoding
-    python bench/ten_dialogues.py --set language_model.no_repeat_ngram_size=0 \
-        --set language_model.repetition_penalty=1.0                 # plain greedy
+    python bench/ten_dialogues.py --greedy --no-repeat-ngram 0 --repetition-penalty 1 \
+        --allow-repeated-sentences                                  # plain greedy
     python bench/ten_dialogues.py --sample --temperature 0.7 --top-p 0.9 --seed 0
 
 Grief, success, anger, fear, loneliness, a follow-up after the listener asked how the
@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STEPS = ("event_scenario", "speaker_emotion", "emotion_cause", "goal_to_response")
 sys.path.insert(0, str(ROOT))
 
+from empatheia.decoding import add_decoding_arguments, decoding_from_args  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,10 +33,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, help="a save_pretrained folder instead of the preset")
     parser.add_argument("--file", type=Path, default=ROOT / "examples" / "ten_dialogues.json")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="model config override")
-    parser.add_argument("--sample", action="store_true")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--seed", type=int, default=None)
+    add_decoding_arguments(parser.add_argument_group("decoding (default: the model config's)"))
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -54,9 +53,9 @@ def main() -> None:
         model = Empatheia.from_preset(args.preset, overrides or None)
     conversations = json.loads(args.file.read_text())
     dialogues = [avamerg_dialogue(conversation) for conversation in conversations]
-    sampling = dict(do_sample=True, temperature=args.temperature, top_p=args.top_p, seed=args.seed) if args.sample else {}
+    decoding = decoding_from_args(args).kwargs()
     started = time.perf_counter()
-    responses = [model.respond(dialogue, **sampling) for dialogue in dialogues]
+    responses = [model.respond(dialogue, **decoding) for dialogue in dialogues]
     seconds = time.perf_counter() - started
     rows = []
     for conversation, response in zip(conversations, responses):

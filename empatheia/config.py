@@ -179,6 +179,24 @@ class LanguageModelConfig:
     repetition_penalty: float = 1.0
     """Default of ``respond``'s ``repetition_penalty``: the scores of tokens the reply
     already holds are divided by it (> 1 discourages repeats); 1 is off."""
+    do_sample: bool = False
+    """Default of ``respond``'s ``do_sample``: draw the tokens rather than take the
+    likeliest (:mod:`empatheia.decoding`)."""
+    sample_chain: bool = True
+    """When sampling, draw the Chain of Empathy's tokens too; False writes the chain
+    greedily and samples only the reply."""
+    temperature: float = 0.7
+    """Default sampling temperature."""
+    top_p: float = 0.9
+    """Default nucleus mass: tokens are drawn from the smallest set holding this much
+    probability."""
+    seed: Optional[int] = None
+    """Default seed of the draws (the same seed, dialogues and batching answer alike);
+    ``None`` draws fresh randomness each call."""
+    block_repeated_sentences: bool = False
+    """Default of ``respond``'s ``block_repeated_sentences``: neither the reply nor a step
+    of the chain may say one sentence twice, white space and punctuation aside
+    (:class:`~empatheia.logits_processors.SentenceRepetitionBlock`)."""
     chain_emotions: Optional[List[str]] = None
     """The labels the Chain of Empathy's emotion step was trained to write (e.g.
     EmpatheticDialogues' 32). When set, ``respond`` reports their probabilities at that
@@ -188,6 +206,10 @@ class LanguageModelConfig:
     """Write the chain's emotion as the most likely of ``chain_emotions`` (by their first
     tokens' scores) rather than whatever word decoding picks, also when sampling
     (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
+    force_chain_template: bool = False
+    """Write each line of the Chain of Empathy's template as trained (its four steps' and
+    the response's lead-ins, in order), leaving every step's content to the model
+    (:class:`~empatheia.logits_processors.ChainTemplate`)."""
     lora: LoraSettings = field(default_factory=LoraSettings)
     load_in_4bit: bool = False
     """Load the pretrained base weights in 4 bits (NF4 with double quantization, float16
@@ -198,10 +220,27 @@ class LanguageModelConfig:
         try:
             check_no_repeat_ngram_size(self.no_repeat_ngram_size)
             check_repetition_penalty(self.repetition_penalty)
+            check_sampling(self.temperature, self.top_p, self.seed)
         except ValueError as error:
             raise ValueError(f"language_model.{error}") from None
         if self.choose_chain_emotion and not self.chain_emotions:
             raise ValueError("language_model.choose_chain_emotion needs language_model.chain_emotions to choose among")
+
+
+MAX_SEED = 2**63 - 1
+"""Largest seed a ``torch.Generator`` takes as given (``manual_seed``)."""
+
+
+def check_sampling(temperature: Any, top_p: Any, seed: Any) -> None:
+    """A ``ValueError`` unless ``temperature`` is a positive number, ``top_p`` in (0, 1]
+    and ``seed`` a whole number from 0 to :data:`MAX_SEED` (each may be ``None``)."""
+    if temperature is not None and not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
+                                        and math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    if top_p is not None and not (isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED):
+        raise ValueError(f"seed must be a whole number from 0 to {MAX_SEED}, got {seed!r}")
 
 
 def check_no_repeat_ngram_size(value: Any) -> None:

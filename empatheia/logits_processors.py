@@ -1,8 +1,8 @@
 """Logits processors that apply a :class:`~empatheia.decoding.Decoding` during
 ``generate``: the choice of the chain's emotion among the trained labels, the reply's
-repetition control and seeded sampling.
+repetition control, the block on repeated sentences and seeded sampling.
 
-Both are vectorised over the batch: each step is a few tensor operations on the tokens
+All are vectorised over the batch: each step is a few tensor operations on the tokens
 written so far ``(B, T)`` and the next-token scores ``(B, V)``, whatever ``B``. With
 ``inputs_embeds`` (how :meth:`~empatheia.modeling.Empatheia.generate_text` calls
 ``generate``) the ids a processor sees are the generated tokens only, so the prompt and
@@ -11,6 +11,7 @@ its left padding never enter them.
 
 from __future__ import annotations
 
+import re
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -19,6 +20,8 @@ from transformers import LogitsProcessor
 from .prompts import CHAIN_STEPS, META_RESPONSE, RESPONSE_LABEL, ChainOfEmpathy, PromptMode, chain_text, meta_text
 
 _EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
+_WORD = re.compile(r"\w")
+_CLOSE = re.compile(r"[.!?\u2026]")
 
 
 def reply_markers(tokenizer: Any, mode: PromptMode) -> List[List[int]]:
@@ -95,6 +98,79 @@ def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
             raise ValueError(f"the chain's emotion lead-in tokenizes differently before {label!r}")
         spellings.append(spelled)
     return marker or [], spellings
+
+
+def chain_lead_ins(tokenizer: Any) -> List[List[int]]:
+    """The token ids of each line's lead-in in a four-step chain as a training target
+    writes it (``chain_text``): ``Firstly, the event scenario of this conversation is:``,
+    ..., ``Fourthly, the goal to response is:``, ``Finally, the response is:``; five
+    sequences. A ``ValueError`` if a token of this tokenizer straddles a lead-in's start
+    or end, where :class:`ChainTemplate` could not force it token by token."""
+    chain = ChainOfEmpathy(event_scenario="a party", speaker_emotion="sad", emotion_cause="the rain",
+                           goal_to_response="comfort")
+    text = chain_text(chain) + "Thank you."
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
+    leads: List[List[int]] = []
+    start = 0
+    for line in text.split("\n"):
+        end = start + line.index(":") + 1
+        inside = [token for token, (begin, stop) in pairs if begin >= start and stop <= end and stop > begin]
+        straddling = [token for token, (begin, stop) in pairs if begin < start < stop or begin < end < stop]
+        if straddling or not inside:
+            raise ValueError(f"the chain's lead-in {line[: end - start]!r} does not fall on token boundaries")
+        leads.append(inside)
+        start += len(line) + 1
+    return leads
+
+
+class ChainTemplate(LogitsProcessor):
+    """The chain's template written as trained, whatever the model would write there.
+
+    Each line of a chain begins with its step's lead-in (``leads``, from
+    :func:`chain_lead_ins`): after the row's ``k``-th line break (``k`` < 5) its next
+    tokens are forced to spell lead-in ``k``, so the chain names its four steps in order and
+    then the response, with the template's exact words ("the goal to response is", not
+    "the goal of the response is"); between lead-ins, and after the fifth, the row writes
+    freely. A small core trained briefly on the four-step form otherwise renames steps,
+    repeats one or stops after two; the template is format, not content, so forcing it
+    leaves every word of every step the model's own.
+
+    Args:
+        leads: the lead-ins' token ids, in order.
+        line_end: ``(V,)`` True for token ids that hold a line break.
+    """
+
+    def __init__(self, leads: Sequence[Sequence[int]], line_end: torch.Tensor):
+        width = max(len(lead) for lead in leads)
+        self.leads = torch.tensor([list(lead) + [-1] * (width - len(lead)) for lead in leads], dtype=torch.long)
+        self.lengths = torch.tensor([len(lead) for lead in leads], dtype=torch.long)
+        self.line_end = line_end.bool()
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, length = input_ids.shape
+        device = scores.device
+        if self.leads.device != device:
+            self.leads, self.lengths, self.line_end = self.leads.to(device), self.lengths.to(device), self.line_end.to(device)
+        position = torch.arange(length, device=device)
+        breaks = self.line_end[input_ids] if length else torch.zeros(rows, 0, dtype=torch.bool, device=device)
+        line = breaks.long().sum(1)  # (B,) the line each row is writing
+        begin = torch.where(breaks, position, -1).max(1).values + 1 if length else torch.zeros(rows, dtype=torch.long,
+                                                                                             device=device)
+        written = length - begin  # (B,) tokens of the current line so far
+        count, width = self.leads.shape
+        lead = self.leads[line.clamp(max=count - 1)]  # (B, W)
+        # The current line's first W tokens beside its lead-in: forced so far means equal so far.
+        at = begin[:, None] + torch.arange(width, device=device)  # (B, W)
+        seen = input_ids.gather(1, at.clamp(max=max(length - 1, 0))) if length else torch.full_like(lead, -1)
+        upto = torch.arange(width, device=device) < written[:, None]
+        on_track = ((seen == lead) | ~upto).all(1)
+        forcing = (line < count) & on_track & (written < self.lengths[line.clamp(max=count - 1)])
+        if not bool(forcing.any()):
+            return scores
+        forced = lead.gather(1, written.clamp(max=width - 1)[:, None]).squeeze(1)  # (B,)
+        only = torch.full_like(scores, float("-inf")).scatter(1, forced.clamp(min=0)[:, None], 0.0)
+        return torch.where(forcing[:, None], only, scores)
 
 
 class ChainEmotionChoice(LogitsProcessor):
@@ -207,6 +283,126 @@ class ReplyRepetitionControl(LogitsProcessor):
         return _token_set(torch.where(hit, grams[..., -1], vocab), vocab)
 
 
+def token_texts(tokenizer: Any, count: int) -> List[str]:
+    """The text of each of the first ``count`` token ids, decoded alone.
+
+    One ``decode`` call over all ids, each followed by a special token that splits them
+    again, rather than one call per id: a 49 k-token vocabulary decodes in a fraction of
+    the seconds ``batch_decode`` takes. Special and added tokens (whose text may hold the
+    separator) are decoded one by one."""
+    separator = tokenizer.eos_token
+    apart = set(tokenizer.all_special_ids) | set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+    plain = [i for i in range(count) if i not in apart]
+    texts: List[Optional[str]] = [None] * count
+    if separator and tokenizer.eos_token_id is not None and plain:
+        joined = [x for i in plain for x in (i, tokenizer.eos_token_id)]
+        pieces = tokenizer.decode(joined, skip_special_tokens=False, clean_up_tokenization_spaces=False).split(separator)
+        if len(pieces) == len(plain) + 1:
+            for i, piece in zip(plain, pieces):
+                texts[i] = piece
+    missing = [i for i in range(count) if texts[i] is None]
+    for i, text in zip(missing, tokenizer.batch_decode([[i] for i in missing], clean_up_tokenization_spaces=False)):
+        texts[i] = text
+    return texts
+
+
+def sentence_token_classes(tokenizer: Any, vocab: int):
+    """``(word, sentence_end, clause_end, line_end)``, each ``(vocab,)`` bool: which token
+    ids carry a word character, which carry none but close a sentence (``.``, ``!``,
+    ``?``, ``…``), which carry none but a colon, and which hold a line break; how
+    :class:`SentenceRepetitionBlock` reads the text. Ids past the tokenizer's are none of
+    these."""
+    texts = token_texts(tokenizer, min(len(tokenizer), vocab))
+    pad = [False] * (vocab - len(texts))
+    word = [_WORD.search(text) is not None for text in texts]
+    sentence_end = [not w and _CLOSE.search(text) is not None for w, text in zip(word, texts)]
+    clause_end = [not w and not e and ":" in text for w, e, text in zip(word, sentence_end, texts)]
+    line_end = ["\n" in text for text in texts]
+    return tuple(torch.tensor(mask + pad, dtype=torch.bool) for mask in (word, sentence_end, clause_end, line_end))
+
+
+class SentenceRepetitionBlock(LogitsProcessor):
+    """No sentence said twice: not in the reply, nor within one step of the chain.
+
+    A sentence is the words between two sentence ends (or line breaks); it is compared by
+    its word tokens alone, so white space and punctuation inside it do not make it new
+    ("Congratulations!  Congratulations!" repeats, though no 3-gram of its tokens does).
+    When the sentence a row is writing equals an earlier one of its scope, every token
+    that would close it (a sentence end, a line break, the ``closing`` ids: the end of text
+    and the signal tokens) is blocked, so the row has to go on and make it a different
+    sentence. The scope is the reply once the row has written the lead-in before it
+    (``markers``), and until then the chain's current line: the chain's steps may restate
+    each other (the cause quotes the event), but a step that says one thing twice is a
+    loop that would never reach the reply. A colon also ends a sentence, without being
+    blocked itself, so a step's first sentence is told apart from its lead-in
+    (``...is: I lost it. I lost it`` repeats).
+
+    Sentences are compared by a polynomial hash of their word tokens' ids and by their
+    length in words, all in tensor operations over ``(B, T)``.
+
+    Args:
+        markers: token id sequences that end the text before the reply.
+        word, sentence_end, clause_end, line_end: ``(V,)`` masks of
+            :func:`sentence_token_classes`.
+        closing: token ids that end the text (blocked like a sentence end).
+    """
+
+    _MODULUS = 2_147_483_647  # 2**31 - 1, so id * power stays well inside int64
+    _BASE = 1_000_003
+
+    def __init__(self, markers: Sequence[Sequence[int]], word: torch.Tensor, sentence_end: torch.Tensor,
+                 clause_end: torch.Tensor, line_end: torch.Tensor, closing: Sequence[int] = ()):
+        self.markers: List[torch.Tensor] = [torch.as_tensor(list(m), dtype=torch.long) for m in markers if len(m)]
+        self.word, self.line_end = word.bool(), line_end.bool()
+        self.close = sentence_end.bool() | self.line_end
+        self.boundary = self.close | clause_end.bool()
+        self.close[torch.as_tensor(list(closing), dtype=torch.long)] = True
+        self.powers = torch.ones(1, dtype=torch.long)
+
+    def _powers(self, length: int, device) -> torch.Tensor:
+        while self.powers.numel() < length:
+            self.powers = torch.cat([self.powers, self.powers * pow(self._BASE, self.powers.numel(), self._MODULUS)
+                                     % self._MODULUS])
+        return self.powers[:length].to(device)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, length = input_ids.shape
+        if length == 0:
+            return scores
+        device = input_ids.device
+        if self.word.device != device:
+            self.word, self.line_end = self.word.to(device), self.line_end.to(device)
+            self.boundary, self.close = self.boundary.to(device), self.close.to(device)
+        position = torch.arange(length, device=device)
+        reply = reply_starts(input_ids, self.markers) if self.markers else torch.full((rows,), length, device=device)
+        last_break = torch.where(self.line_end[input_ids], position, -1).max(1).values  # (B,)
+        start = torch.where(reply < length, reply, last_break + 1)  # (B,) where each row's scope begins
+        in_scope = position >= start[:, None]  # (B, T)
+        boundary = self.boundary[input_ids] & in_scope
+        word = self.word[input_ids] & in_scope
+        # The sentence each token belongs to (a boundary to the one it closes), the one being
+        # written, and each word's place in its sentence.
+        closed = boundary.long().cumsum(1)
+        sentence = closed - boundary.long()  # (B, T)
+        current = closed[:, -1]  # (B,)
+        words = word.long().cumsum(1)
+        before = torch.where(boundary, words, 0).cummax(1).values  # words of the sentences closed so far
+        place = (words - 1 - before).clamp(min=0)
+        term = torch.where(word, (input_ids + 1) * self._powers(length, device)[place] % self._MODULUS, 0)
+        hashes = torch.zeros(rows, length + 1, dtype=torch.long, device=device).scatter_add_(1, sentence, term)
+        hashes = hashes % self._MODULUS
+        sizes = torch.zeros(rows, length + 1, dtype=torch.long, device=device).scatter_add_(1, sentence, word.long())
+        now_hash, now_size = hashes.gather(1, current[:, None]), sizes.gather(1, current[:, None])  # (B, 1)
+        earlier = torch.arange(length + 1, device=device) < current[:, None]
+        repeats = ((hashes == now_hash) & (sizes == now_size) & earlier).any(1) & (now_size[:, 0] > 0)  # (B,)
+        if not bool(repeats.any()):
+            return scores
+        close = self.close
+        if close.numel() < scores.shape[-1]:
+            close = torch.cat([close, close.new_zeros(scores.shape[-1] - close.numel())])
+        return scores.masked_fill(repeats[:, None] & close[None, :], float("-inf"))
+
+
 class SeededSampling(LogitsProcessor):
     """Temperature and nucleus (top-p) sampling from a ``torch.Generator`` of its own.
 
@@ -216,12 +412,17 @@ class SeededSampling(LogitsProcessor):
     token; ``generate`` then runs greedy, which picks it. Drawing here rather than in
     ``generate`` keeps the draws off the global RNG: a ``seed`` makes them reproducible
     without touching the caller's random state, and ``None`` seeds the generator from
-    the operating system.
+    the operating system. With ``reply_only`` (the reply's lead-in markers,
+    :func:`reply_markers`) a row's scores pass unchanged until it has written one of
+    them, so the text before the reply is written greedily.
     """
 
-    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: Optional[int] = None):
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: Optional[int] = None,
+                 reply_only: Optional[Sequence[Sequence[int]]] = None):
         self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
         self.generator: Optional[torch.Generator] = None
+        self.markers = None if reply_only is None else [torch.as_tensor(list(m), dtype=torch.long)
+                                                        for m in reply_only if len(m)]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.generator is None:
@@ -238,7 +439,14 @@ class SeededSampling(LogitsProcessor):
             keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < self.top_p)
             probs = probs.masked_fill(~keep, 0.0)
         drawn = torch.multinomial(probs, 1, generator=self.generator)  # (B, 1)
-        return torch.full_like(scores, float("-inf")).scatter(-1, drawn, 0.0)
+        chosen = torch.full_like(scores, float("-inf")).scatter(-1, drawn, 0.0)
+        if self.markers is None:
+            return chosen
+        # Every row draws each step, so a row's draws do not depend on when the others
+        # reach their reply; only rows inside theirs use the draw.
+        rows, length = input_ids.shape
+        in_reply = reply_starts(input_ids, self.markers) < length if self.markers else torch.zeros(rows, dtype=torch.bool)
+        return torch.where(in_reply.to(scores.device)[:, None], chosen, scores)
 
 
 def _token_set(ids: torch.Tensor, vocab: int) -> torch.Tensor:

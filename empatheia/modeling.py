@@ -35,8 +35,9 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import (ChainEmotionChoice, ReplyRepetitionControl, SeededSampling, emotion_step_tokens,
-                                reply_markers)
+from .logits_processors import (ChainEmotionChoice, ChainTemplate, ReplyRepetitionControl, SeededSampling,
+                                SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, reply_markers,
+                                sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector
@@ -688,14 +689,25 @@ class Empatheia(nn.Module, Responder):
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding]) -> List[LogitsProcessor]:
         """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
-        generation in layout ``mode``: the choice of the chain's emotion where the config
-        asks for it, the reply's repetition control, then sampling."""
+        generation in layout ``mode``: the chain's template and the choice of its emotion
+        where the config asks for them, the block on repeated sentences, the reply's
+        repetition control, then sampling."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
         lm = self.config.language_model
         decoding = (decoding or Decoding()).resolved(lm)
         processors: List[LogitsProcessor] = []
-        if lm.choose_chain_emotion and mode in (PromptMode.TEXT, PromptMode.FULL):
+        chain = mode in (PromptMode.TEXT, PromptMode.FULL)
+        if lm.force_chain_template and chain:
+            processors.append(ChainTemplate(chain_lead_ins(self.tokenizer), self._sentence_token_classes()[3]))
+        # Before the emotion choice, whose forced label (line break and all) must stand.
+        if decoding.block_repeated_sentences and mode in (PromptMode.TEXT, PromptMode.FULL, PromptMode.PIPELINE):
+            ids = self.token_ids
+            processors.append(SentenceRepetitionBlock(
+                reply_markers(self.tokenizer, mode), *self._sentence_token_classes(),
+                closing=[ids.eos, *ids.audio_signals, *ids.video_signals],
+            ))
+        if lm.choose_chain_emotion and chain:
             marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
             processors.append(ChainEmotionChoice(marker, spellings))
         if decoding.controls_repetition:
@@ -707,8 +719,17 @@ class Empatheia(nn.Module, Responder):
                     protected=[ids.eos, *ids.audio_signals, *ids.video_signals],
                 ))
         if decoding.do_sample:
-            processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed))
+            processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed,
+                                             reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode)))
         return processors
+
+    def _sentence_token_classes(self):
+        """:func:`~empatheia.logits_processors.sentence_token_classes` of this model's
+        tokenizer over its output width, worked out once (it decodes every token)."""
+        if getattr(self, "_sentence_classes", None) is None:
+            width = self._hf_model().get_output_embeddings().weight.shape[0]
+            self._sentence_classes = sentence_token_classes(self.tokenizer, width)
+        return self._sentence_classes
 
     def answer_hidden_states(self, batch: Dict[str, torch.Tensor], written: GeneratedText) -> torch.Tensor:
         """The language model's last hidden states ``(B, L, H)`` of ``batch`` (right-padded

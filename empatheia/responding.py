@@ -59,9 +59,9 @@ class Responder:
         self,
         dialogues: Union[Dialogue, Sequence[Dialogue]],
         max_new_tokens: Optional[int] = None,
-        do_sample: bool = False,
-        temperature: float = 0.7,
-        top_p: float = 0.9,
+        do_sample: Optional[bool] = None,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
         speech_lengths: Optional[Sequence[int]] = None,
         speak: bool = False,
         animate: bool = False,
@@ -69,15 +69,20 @@ class Responder:
         seed: Optional[int] = None,
         no_repeat_ngram_size: Optional[int] = None,
         repetition_penalty: Optional[float] = None,
+        block_repeated_sentences: Optional[bool] = None,
+        sample_chain: Optional[bool] = None,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
         """Answer one dialogue or a batch of them: the text, the Chain of Empathy, the
         emotions and the generator features of each (how, the system's class says).
 
-        Greedy by default; ``do_sample`` draws each token at ``temperature`` from the
-        top-``top_p`` mass, reproducibly for a given ``seed`` (the same dialogues batched
-        alike give the same answers; the global RNG is neither read nor moved).
+        ``do_sample`` draws each token at ``temperature`` from the top-``top_p`` mass,
+        reproducibly for a given ``seed`` (the same dialogues batched alike give the same
+        answers; the global RNG is neither read nor moved); with ``sample_chain`` False
+        only the reply's tokens are drawn and the chain is written greedily.
         ``no_repeat_ngram_size`` and ``repetition_penalty`` keep the reply, not the
-        chain, from repeating itself (``None``: the config's ``language_model`` values).
+        chain, from repeating itself, ``block_repeated_sentences`` the reply and each
+        step of the chain from saying a sentence twice. Each ``None`` is the config's
+        ``language_model`` value (greedy unless the config samples).
         See :class:`~empatheia.decoding.Decoding`.
 
         ``speech_lengths`` gives the content lengths per dialogue (rows of C^s and C^v;
@@ -92,7 +97,8 @@ class Responder:
         items = [dialogues] if single else list(dialogues)
         if not items:
             return []
-        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty)
+        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty,
+                            block_repeated_sentences, sample_chain)
         speak = speak or animate
         network = self._network()
         was_training = network.training
@@ -117,12 +123,14 @@ class Responder:
         animate: bool = False,
         avatar=None,
         progress: Optional[Callable[[int], None]] = None,
-        do_sample: bool = False,
-        temperature: float = 0.7,
-        top_p: float = 0.9,
+        do_sample: Optional[bool] = None,
+        temperature: Optional[float] = None,
+        top_p: Optional[float] = None,
         seed: Optional[int] = None,
         no_repeat_ngram_size: Optional[int] = None,
         repetition_penalty: Optional[float] = None,
+        block_repeated_sentences: Optional[bool] = None,
+        sample_chain: Optional[bool] = None,
     ) -> Iterator[Tuple[str, EmpatheticResponse]]:
         """Answer one dialogue as :meth:`respond` does, handing the answer over as each
         part becomes ready: ``("text", response)`` with the text, the Chain of
@@ -136,7 +144,8 @@ class Responder:
         as a portrait a user uploaded, never enters the shared registry. ``progress`` and
         the decoding options (greedy by default) as for :meth:`respond`.
         """
-        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty)
+        decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty,
+                            block_repeated_sentences, sample_chain)
         speak = speak or animate
         network = self._network()
         was_training = network.training

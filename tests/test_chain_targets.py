@@ -5,6 +5,9 @@ generated chain in today's two-step and the paper's four-step form, and
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +255,36 @@ def test_eval_scores_chain_complete_share_from_the_predictions_chains():
     assert "chain_complete_share" not in score([{k: v for k, v in p.items() if k != "chain_of_empathy"}
                                                 for p in predictions], references)
     assert json.loads(json.dumps(metrics))["chain_complete_share"] == 0.5
+
+
+def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
+    conversations = [
+        {"conv_id": "c1", "situation": "I lost my job last week.", "emotion": "sad",
+         "utterances": ["I lost my job today.", "I am so sorry.", "Thanks, it hurts.", "Things will get better."]},
+        {"conv_id": "c2", "situation": "I won a prize.", "emotion": "proud",
+         "utterances": ["I won the science prize!", "Congratulations!"]},
+    ]
+    data = tmp_path / "ed.jsonl"
+    data.write_text("".join(json.dumps(c) + "\n" for c in conversations))
+    # One model copies the speaker's first turn into the event step, another summarises.
+    copying = [{"id": "c1/1", "chain_of_empathy": {"event_scenario": "I lost my job today.", "speaker_emotion": "sad"}},
+               {"id": "c2/1", "chain_of_empathy": {"event_scenario": "I won the science prize!"}}]
+    summarising = [{"id": "c1/1", "chain_of_empathy": {
+                        "event_scenario": "The speaker lost their job.", "speaker_emotion": "sad",
+                        "emotion_cause": "Losing the job", "goal_to_response": "Comforting the speaker"}},
+                   {"id": "c2/1", "chain_of_empathy": {"event_scenario": "The speaker won a prize."}}]
+    files = []
+    for name, rows in (("copying", copying), ("summarising", summarising)):
+        (tmp_path / name).mkdir()
+        files.append(tmp_path / name / "predictions.jsonl")
+        files[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = subprocess.run([sys.executable, "bench/chain_targets.py", "--ed", str(data), "--examples", "0",
+                             "--predictions", *map(str, files)],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("2 examples of 2 conversations")  # the answered ones: c1/3 has no prediction
+    assert lines[1].split() == ["before", "after", "copying", "summarising"]
+    rows = {line[:44].strip(): line[44:].split() for line in lines[2:]}
+    assert rows["all four steps"][2:] == ["0.0%", "50.0%"]
+    assert rows["event == first utterance"][2:] == ["100.0%", "0.0%"]

@@ -19,8 +19,9 @@ from empatheia import Dialogue, Empatheia, EmpatheiaConfig, Turn
 from empatheia.cli import main
 from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences
-from empatheia.logits_processors import (ChainEmotionChoice, ReplyRepetitionControl, SeededSampling, emotion_step_tokens,
-                                         reply_markers, reply_starts)
+from empatheia.logits_processors import (ChainEmotionChoice, ChainTemplate, ReplyRepetitionControl, SeededSampling,
+                                         SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, reply_markers,
+                                         reply_starts, sentence_token_classes, token_texts)
 from empatheia.prompts import PromptMode
 from empatheia.serve.chat import Chat
 
@@ -108,6 +109,83 @@ def test_repetition_control_spares_the_chain_the_end_and_the_signal_tokens():
     assert out[6] == pytest.approx(1 / 1.5) and out[5] == 1.0
 
 
+# A toy vocabulary for the sentence block: 0-3 words, 4 ".", 5 "\n", 6 " ", 7 ",", 8 the end
+# of text, 9 ":"; the reply starts after the marker 1 2.
+_WORDS = torch.tensor([True] * 4 + [False] * 6)
+_SENTENCE_ENDS = torch.arange(10) == 4
+_CLAUSE_ENDS = torch.arange(10) == 9
+_LINE_ENDS = torch.arange(10) == 5
+
+
+def _reference_repeats(ids):
+    """Whether the sentence a row is writing repeats one before it in its scope: the reply
+    after the first ``1 2``, else the text after the last line break."""
+    start = _reply_start(ids)
+    if start >= len(ids):
+        start = max((i + 1 for i, t in enumerate(ids) if t == 5), default=0)
+    said, words = [], []
+    for token in ids[start:]:
+        if token in (4, 5, 9):
+            said.append(tuple(words))
+            words = []
+        elif token < 4:
+            words.append(token)
+    return bool(words) and tuple(words) in said
+
+
+def test_sentence_block_matches_a_per_row_reference():
+    block = SentenceRepetitionBlock(MARKERS, _WORDS, _SENTENCE_ENDS, _CLAUSE_ENDS, _LINE_ENDS, closing=[8])
+    closers = {4, 5, 8}
+    blocked_rows = 0
+    for seed in range(40):
+        generator = torch.Generator().manual_seed(seed)
+        # Two words, so sentences repeat often; every other row holds the reply's marker.
+        pool = torch.tensor([0, 1, 0, 1, 3, 4, 4, 5, 6, 7, 9])
+        ids = pool[torch.randint(0, len(pool), (8, 16), generator=generator)]
+        for row in range(0, 8, 2):
+            at = int(torch.randint(0, 12, (1,), generator=generator))
+            ids[row, at : at + 2] = torch.tensor([1, 2])
+        scores = torch.randn(8, 10, generator=generator)
+        out = block(ids, scores.clone())
+        for row in range(ids.shape[0]):
+            repeats = _reference_repeats(ids[row].tolist())
+            blocked_rows += repeats
+            for token in range(10):
+                expected = float("-inf") if repeats and token in closers else scores[row, token]
+                assert out[row, token] == expected, (ids[row].tolist(), token)
+    assert blocked_rows >= 10  # the random rows exercised the block, not only its absence
+
+
+def test_token_texts_decode_each_id_alone(model):
+    tokenizer = model.tokenizer
+    one_by_one = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
+    assert token_texts(tokenizer, len(tokenizer)) == one_by_one
+
+
+def test_sentence_block_reads_white_space_and_scopes_like_the_metric(model):
+    tokenizer = model.tokenizer
+    block = SentenceRepetitionBlock(reply_markers(tokenizer, PromptMode.FULL),
+                                    *sentence_token_classes(tokenizer, len(tokenizer)),
+                                    closing=[model.token_ids.eos])
+    closers = [tokenizer(t, add_special_tokens=False)["input_ids"][-1] for t in ("!", ".", "\n")]
+
+    def blocked(text):
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        out = block(ids, torch.zeros(1, len(tokenizer)))[0]
+        return {bool(torch.isinf(out[c])) for c in closers + [model.token_ids.eos]}
+
+    chain = "Firstly, the event scenario of this conversation is: I got the job.\n"
+    assert blocked(chain + "Finally, the response is: Congratulations!  Congratulations") == {True}
+    assert blocked(chain + "Finally, the response is: Congratulations! congratulations, ") == {False}  # case differs
+    assert blocked(chain + "Finally, the response is: Congratulations! That is great") == {False}
+    # A step of the chain may restate another step, but not itself.
+    assert blocked(chain + "Thirdly, the emotion cause is: I got the job") == {False}
+    assert blocked("Firstly, the event scenario of this conversation is: I got it. I got it") == {True}
+    assert blocked("Firstly, the event scenario of this conversation is: I got it. I got the job") == {False}
+    # With the block on, the shipped metric finds no repeat in what it lets through.
+    assert repeated_sentences(["Congratulations!  Congratulations, you earned it!"])["repeated_sentence_count"] == 0
+
+
 def test_reply_markers_follow_the_template_not_the_goal_step(model):
     tokenizer = model.tokenizer
     markers = reply_markers(tokenizer, PromptMode.FULL)
@@ -146,10 +224,22 @@ def test_decoding_settings_check_their_values_and_fill_in_the_config():
     language_model = EmpatheiaConfig.from_preset("tiny", {"language_model.repetition_penalty": 1.2}).language_model
     resolved = Decoding(no_repeat_ngram_size=0).resolved(language_model)
     assert (resolved.no_repeat_ngram_size, resolved.repetition_penalty) == (0, 1.2)
-    assert resolved.record() == {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.2}
-    sampled = Decoding(do_sample=True, seed=7).resolved(language_model).record()
+    assert resolved.record() == {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.2,
+                                 "block_repeated_sentences": False}
+    sampled = Decoding(do_sample=True, seed=7, block_repeated_sentences=True).resolved(language_model).record()
     assert sampled == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 7, "no_repeat_ngram_size": 3,
-                       "repetition_penalty": 1.2}
+                       "repetition_penalty": 1.2, "block_repeated_sentences": True, "sample_chain": True}
+    # The config's sampling defaults fill in what a call leaves out.
+    sampling = EmpatheiaConfig.from_preset("tiny", {"language_model.do_sample": True, "language_model.seed": 4,
+                                                    "language_model.sample_chain": False}).language_model
+    assert Decoding().resolved(sampling).record() == {
+        "do_sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 4, "sample_chain": False,
+        "no_repeat_ngram_size": 3, "repetition_penalty": 1.0, "block_repeated_sentences": False}
+    assert Decoding(do_sample=False).resolved(sampling).record()["do_sample"] is False
+    with pytest.raises(ValueError, match="language_model.top_p"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.top_p": 0})
+    with pytest.raises(ValueError, match="block_repeated_sentences must be True or False"):
+        Decoding(block_repeated_sentences="yes")
     with pytest.raises(ValueError, match="language_model.no_repeat_ngram_size"):
         EmpatheiaConfig.from_preset("tiny", {"language_model.no_repeat_ngram_size": -1})
 
@@ -218,6 +308,36 @@ def test_seeded_sampling_answers_the_same_and_keeps_the_callers_rng():
     assert staged.text == model.respond(items[0], max_new_tokens=16, do_sample=True, seed=11).text
 
 
+def test_reply_only_sampling_leaves_the_chain_greedy():
+    sampler = SeededSampling(1.0, 1.0, seed=0, reply_only=MARKERS)
+    ids, scores = _random_rows(3)
+    out = sampler(ids, scores.clone())
+    for row in range(ids.shape[0]):
+        if _reply_start(ids[row].tolist()) < ids.shape[1]:
+            assert torch.isfinite(out[row]).sum() == 1  # in the reply: one drawn token left
+        else:
+            torch.testing.assert_close(out[row], scores[row], rtol=0, atol=0)  # greedy picks the likeliest
+
+
+@torch.no_grad()
+def test_generation_samples_only_the_reply_when_asked(monkeypatch):
+    model = Empatheia.from_preset("tiny").eval().merge_adapter()
+    items = _dialogues()
+    greedy = model.generate_text(items, PromptMode.FULL, 20, Decoding(do_sample=False))
+    marker = int(greedy.sequences[0, 5])  # stands for the reply's lead-in, as above
+    starts = [row.tolist().index(marker) + 1 if marker in row.tolist() else None for row in greedy.sequences]
+    monkeypatch.setattr("empatheia.modeling.reply_markers", lambda tokenizer, mode: [[marker]])
+    reply_only = model.generate_text(items, PromptMode.FULL, 20, Decoding(do_sample=True, seed=1, sample_chain=False,
+                                                                         temperature=3.0, top_p=1.0))
+    everything = model.generate_text(items, PromptMode.FULL, 20, Decoding(do_sample=True, seed=1, temperature=3.0,
+                                                                         top_p=1.0))
+    for before, after, start in zip(greedy.sequences.tolist(), reply_only.sequences.tolist(), starts):
+        stop = start if start is not None else len(before)
+        assert after[:stop] == before[:stop]  # up to the reply (all of a row that never starts one): greedy
+    assert reply_only.sequences.tolist() != greedy.sequences.tolist()  # the replies were drawn
+    assert everything.sequences[:, :5].tolist() != greedy.sequences[:, :5].tolist()  # sampling all draws the chain
+
+
 def test_variants_pass_the_decoding_on(monkeypatch):
     from empatheia.variants.build import build_pipeline
 
@@ -247,8 +367,12 @@ def test_respond_and_chat_take_the_decoding_flags(tmp_path, monkeypatch, capsys)
     sampled = answer("a", "--sample", "--seed", "5", "--top-p", "0.95", "--repetition-penalty", "1.2")
     assert answer("b", "--sample", "--seed", "5", "--top-p", "0.95", "--repetition-penalty", "1.2") == sampled
     assert answer("c", "--no-repeat-ngram", "2") == answer("d", "--no-repeat-ngram", "2")
-    with pytest.raises(SystemExit, match=r"--seed only apply with --sample"):
-        main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "e"), "--seed", "1"])
+    assert answer("f", "--sample-reply", "--seed", "5") == answer("g", "--sample-reply", "--seed", "5")
+    for flags in (["--seed", "1"], ["--greedy", "--seed", "1"]):
+        with pytest.raises(SystemExit, match=r"--seed only apply with --sample or --sample-reply"):
+            main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "e"), *flags])
+    with pytest.raises(SystemExit):
+        main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "e"), "--greedy", "--sample"])
     with pytest.raises(SystemExit, match=r"--top-p: top_p must be in \(0, 1\]"):
         main(["respond", str(EXAMPLE), "--preset", "tiny", "--out", str(tmp_path / "e"), "--sample", "--top-p", "2"])
 
@@ -270,10 +394,11 @@ def test_eval_records_the_decoding_and_refuses_to_mix_runs(tmp_path, capsys):
     data.write_text("".join(json.dumps(c) + "\n" for c in ED_CONVERSATIONS))
     out = tmp_path / "run"
     base = ["eval", "--preset", "tiny", "--data", str(data), "--out", str(out), "--max-new-tokens", "4",
-            "--batch-size", "2", "--no-progress", "--sample", "--seed", "3", "--temperature", "1.2"]
+            "--batch-size", "2", "--no-progress", "--sample", "--seed", "3", "--temperature", "1.2",
+            "--block-repeated-sentences"]
     assert main(base) == 0
     recorded = {"do_sample": True, "temperature": 1.2, "top_p": 0.9, "seed": 3, "no_repeat_ngram_size": 3,
-                "repetition_penalty": 1.0}
+                "repetition_penalty": 1.0, "block_repeated_sentences": True, "sample_chain": True}
     assert json.loads((out / "run.json").read_text())["decoding"] == recorded
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["run"]["decoding"] == recorded
@@ -282,9 +407,25 @@ def test_eval_records_the_decoding_and_refuses_to_mix_runs(tmp_path, capsys):
     assert "Answers that repeat a sentence" in (out / "report.md").read_text()
     with pytest.raises(SystemExit, match=r"decoding: was .*'seed': 3.*now .*'seed': 4"):
         main([a if a != "3" else "4" for a in base])
+    with pytest.raises(SystemExit, match=r"decoding: was .*'block_repeated_sentences': True.*now .*False"):
+        main([a if a != "--block-repeated-sentences" else "--allow-repeated-sentences" for a in base])
+    with pytest.raises(SystemExit):
+        main(base + ["--allow-repeated-sentences"])  # one or the other
     with pytest.raises(SystemExit, match=r"--sample, --no-repeat-ngram only apply with --checkpoint/--preset"):
         main(["eval", "--predictions", "p.jsonl", "--references", "r.jsonl", "--out", str(tmp_path / "s"),
               "--sample", "--no-repeat-ngram", "2"])
+
+
+def test_a_run_recorded_before_the_sentence_block_resumes_without_it(tmp_path):
+    from empatheia.evaluation.model_runs import RunMismatchError, check_run_info
+
+    older = {"model": "small", "decoding": {"do_sample": False, "no_repeat_ngram_size": 3, "repetition_penalty": 1.0}}
+    (tmp_path / "run.json").write_text(json.dumps(older))
+    (tmp_path / "predictions.jsonl").write_text('{"id": "a"}\n')
+    same = dict(older, decoding=dict(older["decoding"], block_repeated_sentences=False))
+    check_run_info(tmp_path, same)
+    with pytest.raises(RunMismatchError, match="block_repeated_sentences"):
+        check_run_info(tmp_path, dict(older, decoding=dict(older["decoding"], block_repeated_sentences=True)))
 
 
 # ---------------------------------------------------------------------- the metric
@@ -339,13 +480,15 @@ def _chain_part(response):
 @torch.no_grad()
 def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_model, tmp_path):
     dialogues = _looping_dialogues(tmp_path)
-    free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0)
-    # Today's greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
+    free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0, block_repeated_sentences=False)
+    # Plain greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
     assert repeated_sentences([r.text for r in free])["repeated_sentence_count"] == 3, [r.text for r in free]
-    # small's default, 3-gram blocking, ends the loop of three tokens; "Congratulations!"
-    # comes back after a space of its own, a 3-gram it never wrote, so only a 2-gram block or
-    # the penalty end that one (docs/small_preset.md, Decoding and the chain's emotion).
-    for setting, repeats in (({}, 2), ({"no_repeat_ngram_size": 2}, 0), ({"repetition_penalty": 1.2}, 0)):
+    # 3-gram blocking alone ends the loop of three tokens; "Congratulations!" comes back after
+    # a space of its own, a 3-gram it never wrote, so only a 2-gram block or the sentence
+    # block (small's default, with the 3-gram block) end that one
+    # (docs/small_preset.md, Decoding and the chain's emotion).
+    off = {"block_repeated_sentences": False}
+    for setting, repeats in (({}, 0), (off, 2), ({**off, "no_repeat_ngram_size": 2}, 0)):
         controlled = small_model.respond(dialogues, **setting)
         texts = [r.text for r in controlled]
         assert repeated_sentences(texts)["repeated_sentence_count"] == repeats, (setting, texts)
@@ -355,6 +498,24 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
             assert after.chain.parsed and after.chain.speaker_emotion == before.chain.speaker_emotion
             assert _chain_part(after) == _chain_part(before)
             assert after.text and after.text != before.text
+
+
+@torch.no_grad()
+def test_the_shipped_weights_leave_a_looping_chain_step_for_the_reply(small_model, tmp_path):
+    """A held-out dialogue whose chain's event step says one sentence over and over and
+    never reaches the reply under greedy decoding with the reply's 3-gram block; the
+    sentence block reaches into the step, which ends, and the reply follows."""
+    from empatheia.data.readers import read_dataset
+
+    conversations = shared_data("ed/ed_valid_conversations.jsonl")
+    line = next(line for line in conversations.open(encoding="utf-8") if '"hit:6796_conv:13592"' in line)
+    (tmp_path / "leg.jsonl").write_text(line, encoding="utf-8")
+    dialogue = next(d for d in read_dataset(tmp_path / "leg.jsonl").dialogues if d.id == "hit:6796_conv:13592/1")
+    looping = small_model.respond(dialogue, block_repeated_sentences=False)
+    assert not looping.chain.parsed and repeated_sentences([looping.text])["repeated_sentence_count"] == 1
+    answered = small_model.respond(dialogue)
+    assert answered.chain.parsed and answered.chain.speaker_emotion and answered.text, answered.generated_text
+    assert repeated_sentences([answered.text, answered.chain.event_scenario])["repeated_sentence_count"] == 0
 
 
 @torch.no_grad()
@@ -404,7 +565,53 @@ def test_decoding_sweep_runs_on_tiny(tmp_path):
         assert len(row["answers"]) == 2 == sweep["examples"]
         assert {"dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_4", "repeated_sentence_share"} <= set(row)
     assert sweep["settings"][2]["decoding"] == {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "seed": 0,
-                                                "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
+                                                "sample_chain": True, "no_repeat_ngram_size": 0,
+                                                "repetition_penalty": 1.0, "block_repeated_sentences": False}
+
+
+# ---------------------------------------------------------------------- the chain's template
+def test_chain_template_forces_each_lead_in_and_leaves_the_steps_free():
+    # Lead-ins [1 2], [3 4 5], [6]; 9 is a line break, 7 and 8 are words.
+    template = ChainTemplate([[1, 2], [3, 4, 5], [6]], torch.arange(10) == 9)
+    scores = torch.randn(7, 10)
+    ids = torch.tensor([
+        [7, 7, 7, 7, 7, 7],  # the first line went off its lead-in (never forced so): free
+        [8, 8, 1, 2, 7, 9],  # a line break: the second lead-in's first token
+        [1, 2, 7, 9, 3, 4],  # inside the second lead-in: its third token
+        [8, 1, 2, 9, 3, 4],  # the same after a first line of other content
+        [2, 9, 3, 4, 5, 7],  # the second step's content: free
+        [7, 9, 7, 9, 7, 9],  # after as many line breaks as lead-ins: free
+        [7, 9, 3, 4, 5, 9],  # the third lead-in
+    ])
+    out = template(ids, scores.clone())
+    expected = {1: 3, 2: 5, 3: 5, 6: 6}
+    for row in range(ids.shape[0]):
+        if row in expected:
+            assert int(out[row].argmax()) == expected[row] and torch.isinf(out[row]).sum() == 9, row
+        else:
+            torch.testing.assert_close(out[row], scores[row], rtol=0, atol=0)
+    # A generation's first tokens are the first lead-in.
+    first = template(torch.zeros(2, 0, dtype=torch.long), scores[:2].clone())
+    assert first.argmax(1).tolist() == [1, 1]
+
+
+def test_chain_lead_ins_follow_the_training_target(model):
+    tokenizer = model.tokenizer
+    leads = [tokenizer.decode(lead).strip() for lead in chain_lead_ins(tokenizer)]
+    assert leads == ["Firstly, the event scenario of this conversation is:", "Secondly, the emotion of the speaker is:",
+                     "Thirdly, the emotion cause is:", "Fourthly, the goal to response is:", "Finally, the response is:"]
+
+
+@torch.no_grad()
+def test_generation_writes_the_chain_template_on_tiny():
+    config = EmpatheiaConfig.from_preset("tiny", {"language_model.force_chain_template": True})
+    model = Empatheia(config).eval().merge_adapter()
+    written = model.generate_text(_dialogues(), PromptMode.FULL, 16)
+    # Random weights write no line break, so each row spells the first lead-in, then writes freely.
+    for text in written.texts:
+        assert text.startswith("Firstly, the event scenario of this conversation is:"), text
+    styled = model.generate_text(_dialogues()[:1], PromptMode.STYLE, 4)  # no chain in this layout: nothing forced
+    assert not styled.texts[0].startswith("Firstly")
 
 
 # ---------------------------------------------------------------------- the chain's emotion

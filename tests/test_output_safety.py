@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from empatheia.cli import main
+from empatheia.config import LanguageModelConfig
 from empatheia.dialogue import Dialogue, Turn
 from empatheia.evaluation.model_runs import run_model
 from empatheia.generators.base import VideoFrames, Waveform
@@ -146,7 +147,7 @@ class StoppableModel:
         self.inside, self.release = threading.Event(), threading.Event()
         self.calls = 0
         # What a run records of the model's decoding defaults (run.json).
-        self.config = SimpleNamespace(language_model=SimpleNamespace(no_repeat_ngram_size=0, repetition_penalty=1.0))
+        self.config = SimpleNamespace(language_model=LanguageModelConfig())
 
     def respond(self, batch, **_):
         self.calls += 1

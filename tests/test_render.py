@@ -144,8 +144,9 @@ def test_the_small_preset_pipeline_runs_end_to_end_on_tiny(tmp_path):
 
     records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(12)]
     source = _write(tmp_path / "ed.jsonl", records)
+    # In this process: a stage's own process is exercised by the --stage1-init test below.
     small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stage1-steps", "2",
-                       "--render", "3", "--media-steps", "2", "--workers", "1",
+                       "--render", "3", "--media-steps", "2", "--workers", "1", "--in-process",
                        "--style-refit-steps", "3", "--text-dialogues", "4", "--content-refit-steps", "2",
                        "--export-weights", str(tmp_path / "weights"), "--export-stage", "3",
                        "--export-metrics", str(tmp_path / "metrics"),
@@ -249,6 +250,37 @@ def test_the_small_preset_refits_start_from_given_weights(tmp_path):
     with pytest.raises(SystemExit):
         small_preset.main(["--ed", str(source), "--out", str(tmp_path / "other"), "--preset", "tiny",
                            "--refit-from", str(tmp_path / "nothing")])
+
+
+def test_the_small_preset_continues_stage_1_from_given_weights(tmp_path):
+    """--stages 1 --stage1-init: stage 1, in a process of its own, trains the given model's
+    language core further and keeps every other part; the export is that stage's."""
+    from safetensors.torch import load_file
+
+    from empatheia import Empatheia
+    from empatheia.modeling import load_trained_state
+    from empatheia.recipes import small_preset
+
+    torch.manual_seed(0)
+    start = tmp_path / "start"
+    Empatheia.from_preset("tiny").save_pretrained(start)
+    records = [{**CONVERSATIONS[i % 2], "conv_id": f"hit:{i}_conv:{i}"} for i in range(6)]
+    source = _write(tmp_path / "ed.jsonl", records)
+    small_preset.main(["--ed", str(source), "--out", str(tmp_path / "run"), "--preset", "tiny", "--stages", "1",
+                       "--stage1-init", str(start), "--stage1-steps", "2",
+                       "--export-weights", str(tmp_path / "weights"), "--export-metrics", str(tmp_path / "metrics"),
+                       "--set", "mixed_precision=no"])
+    assert not (tmp_path / "run" / "rendered").exists()  # no media stage ran
+    before, after = load_trained_state(start), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
+    changed = {k.split(".")[0] for k in before if not torch.equal(after[k], before[k].half()
+                                                                  if before[k].is_floating_point()
+                                                                  and not k.endswith(("running_mean", "running_var"))
+                                                                  else before[k])}
+    assert changed == {"language_model"}
+    assert (tmp_path / "metrics" / "stage1_coe" / "metrics.jsonl").is_file()
+    with pytest.raises(SystemExit):
+        small_preset.main(["--ed", str(source), "--out", str(tmp_path / "other"), "--preset", "tiny",
+                           "--stage1-init", str(tmp_path / "nothing")])
 
 
 def test_a_small_preset_stage_that_fails_in_its_process_names_itself(tmp_path, capfd):

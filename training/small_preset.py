@@ -414,6 +414,11 @@ def main(argv=None) -> None:
     parser.add_argument("--hold-out-actor", help="leave this actor's face clips out of training (default: the "
                                                  "last actor by name), for bench/face_reading.py")
     parser.add_argument("--stages", default="1,2,3,4")
+    parser.add_argument("--stage1-init", metavar="MODEL",
+                        help="start stage 1 from this trained model (a save_pretrained folder, or the package's "
+                             "shipped weights with 'shipped') rather than the bare preset: its language core "
+                             "trains further and every other part is kept (with --stages 1, how the shipped core "
+                             "learnt the four-step chain)")
     parser.add_argument("--stage1-from", type=Path, metavar="WEIGHTS",
                         help="skip training stage 1: take the language core (LoRA and signal rows) of this "
                              "empatheia.safetensors, or of the package's shipped weights with 'shipped'; "
@@ -444,6 +449,10 @@ def main(argv=None) -> None:
     if args.refit_from is not None and str(args.refit_from) != "shipped":
         if not (Path(args.refit_from) / "final" / "empatheia.safetensors").is_file():
             parser.error(f"--refit-from {args.refit_from}: no trained model there (no final/empatheia.safetensors)")
+    if args.stage1_init is not None and (args.stage1_from is not None or args.refit_from is not None):
+        parser.error("--stage1-init trains stage 1; --stage1-from and --refit-from skip it: give one of them")
+    if args.stage1_init not in (None, "shipped") and not (Path(args.stage1_init) / "empatheia.safetensors").is_file():
+        parser.error(f"--stage1-init {args.stage1_init}: no trained model there (no empatheia.safetensors)")
     if args.refit_from is not None:
         previous = args.refit_from
     elif args.stage1_from is not None:
@@ -452,11 +461,16 @@ def main(argv=None) -> None:
             parser.error(f"--stage1-from {args.stage1_from}: no such weights file")
         previous = language_core_from(Path(weights), args.out / STAGES[1].name, args.preset)
     elif 1 in stages:
-        previous = run_stage(1, args.out, split["train"], args.stage1_steps, preset=args.preset, extra=args.set,
-                             isolated=not args.in_process)
+        init = args.preset if str(args.stage1_init) == "shipped" else args.stage1_init
+        previous = run_stage(1, args.out, split["train"], args.stage1_steps, previous=init, preset=args.preset,
+                             extra=args.set, isolated=not args.in_process)
     else:
         previous = args.out / STAGES[1].name
     if not stages & {2, 3, 4} and args.refit_from is None:
+        if args.export_weights:
+            print(f"[small] weights of stage 1: {export_weights(previous / 'final', args.export_weights)}")
+        if args.export_metrics:
+            print(f"[small] metrics: {export_metrics({STAGES[1].name: previous}, args.export_metrics)}")
         return
     config = EmpatheiaConfig.from_preset(args.preset)
     cs, sd = config.content_synchronizer, config.style_disentangler

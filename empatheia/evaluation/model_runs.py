@@ -186,6 +186,17 @@ def recover_predictions(path: PathLike) -> List[Record]:
     return read_predictions(path)
 
 
+def _with_defaults(info: Mapping[str, Any]) -> Dict[str, Any]:
+    """``info`` with :data:`RUN_DEFAULTS` for what it lacks, within its decoding record too."""
+    out = dict(RUN_DEFAULTS, **info)
+    if isinstance(out["decoding"], dict):
+        decoding = dict(GREEDY_RECORD, **out["decoding"])
+        if decoding["do_sample"]:
+            decoding.setdefault("sample_chain", True)  # sampling drew the chain too before it could be left out
+        out["decoding"] = decoding
+    return out
+
+
 def check_run_info(out_dir: PathLike, info: Mapping[str, Any]) -> None:
     """Record ``info`` (model, data, generation settings) in ``DIR/run.json``; when the
     folder already holds predictions, they must come from the same ``info``
@@ -200,8 +211,8 @@ def check_run_info(out_dir: PathLike, info: Mapping[str, Any]) -> None:
                 f"{predictions} exists but {run_path} does not, so which model wrote it is unknown; use another --out or remove it"
             )
         # Settings added since either side was written read as their defaults on both.
-        previous = dict(RUN_DEFAULTS, **json.loads(run_path.read_text(encoding="utf-8")))
-        current = dict(RUN_DEFAULTS, **info)
+        previous = _with_defaults(json.loads(run_path.read_text(encoding="utf-8")))
+        current = _with_defaults(info)
         changed = {k: (previous.get(k), current.get(k)) for k in set(previous) | set(current)
                    if previous.get(k) != current.get(k)}
         if changed:
