@@ -27,6 +27,7 @@ from statistics import fmean
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from empatheia.data import read_dataset  # noqa: E402
+from empatheia.evaluation.records import read_predictions  # noqa: E402
 from empatheia.prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete  # noqa: E402
 
 NEAR_COPY = 0.8
@@ -55,19 +56,9 @@ def measure(chains, first_utterances):
 def _generated_chains(path: Path):
     """``{id: ChainOfEmpathy}`` of the generated chains in an ``empatheia eval``
     predictions file (an answer without one counts as a chain with no steps)."""
-    import json
-
     fields = [name for name, _ in CHAIN_STEPS]
-    chains = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if "id" not in record:
-            raise SystemExit(f"error: {path}, line {number}: no 'id'")
-        steps = record.get("chain_of_empathy") or {}
-        chains[record["id"]] = ChainOfEmpathy(**{name: steps.get(name) for name in fields})
-    return chains
+    return {record["id"]: ChainOfEmpathy(**{name: (record.get("chain_of_empathy") or {}).get(name) for name in fields})
+            for record in read_predictions(path)}
 
 
 def main() -> None:

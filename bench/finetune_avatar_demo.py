@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from empatheia.data.render import split_conversations  # noqa: E402
 from empatheia.evaluation.baselines import compare_paired_accuracy  # noqa: E402
+from empatheia.io import read_jsonl  # noqa: E402
 
 # ED label -> (class, MEAD face emotion, speech clip or None).
 CLASSES = {
@@ -75,7 +76,7 @@ def _hash(text: str) -> int:
 def choose_conversations(ed_file: Path, per_class_train: int, per_class_eval: int):
     """``(train, eval)`` conversation records, balanced over :data:`CLASSES`, in a fixed
     order (by a hash of the id), the held-out ones from the held-out split."""
-    records = read_jsonl(ed_file)
+    records = jsonl_values(ed_file)
     _, held = split_conversations([r["conv_id"] for r in records])
     held = set(held)
     label_class = {label: cls for cls, labels in CLASSES.items() for label in labels}
@@ -132,7 +133,7 @@ def build_dataset(args) -> Path:
         run([sys.executable, "-m", "empatheia", "data", "render", str(source), "--out", str(render / name)])
     data.mkdir(parents=True, exist_ok=True)
     for name, actors in (("train", TRAIN_ACTORS), ("val", (EVAL_ACTOR,))):
-        lines = read_jsonl(render / name / "train.jsonl")
+        lines = jsonl_values(render / name / "train.jsonl")
         # The rendered clips move under data/ so that the JSONL's relative paths hold.
         if not (data / name).exists():
             shutil.copytree(render / name / "clips", data / name)
@@ -154,7 +155,7 @@ def run(command, cwd=None) -> None:
 
 
 def class_counts(path: Path) -> Counter:
-    lines = read_jsonl(path)
+    lines = jsonl_values(path)
     label_class = {label: cls for cls, labels in CLASSES.items() for label in labels}
     return Counter(label_class[line["emotion"]] for line in lines)
 
@@ -188,7 +189,7 @@ def fine_tune_and_score(args) -> dict:
     """Run docs/training.md's commands in ``args.out`` (the data folder is ``my_avatar/``
     there, as the docs name it) and score the untuned and the fine-tuned model."""
     from empatheia import Empatheia
-    from empatheia.evaluation.records import emotion_class
+    from empatheia.evaluation.records import emotion_class, read_predictions, read_references
     from empatheia.labels import LabelSets
 
     work = args.out
@@ -226,8 +227,8 @@ def fine_tune_and_score(args) -> dict:
         out = f"eval/{name.split(',')[0]}"
         run([*empatheia, "eval", *model, "--data", "my_avatar/val.jsonl", "--out", out, *extra], cwd=work)
         metrics = json.loads((work / out / "metrics.json").read_text())
-        predictions = read_jsonl(work / out / "predictions.jsonl")
-        gold = {r["id"]: r["emotion"] for r in read_jsonl(work / out / "references.jsonl")}
+        predictions = read_predictions(work / out / "predictions.jsonl")
+        gold = {r["id"]: r["emotion"] for r in read_references(work / out / "references.jsonl")}
         # Scored as eval scores: each prediction in the user's classes, through their fold.
         correct[name] = [emotion_class(p["emotion"], user_labels) == gold[p["id"]]
                          for p in sorted(predictions, key=lambda p: p["id"])]
@@ -245,8 +246,10 @@ def fine_tune_and_score(args) -> dict:
             "command": " ".join(str(c) for c in train[2:]), **scores, "paired": paired}
 
 
-def read_jsonl(path: Path) -> list:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def jsonl_values(path: Path) -> list:
+    """The values of a JSONL file, in order (:func:`empatheia.io.read_jsonl` without line numbers)."""
+    return [value for _, value in read_jsonl(path)]
+
 
 if __name__ == "__main__":
     main()

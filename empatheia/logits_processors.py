@@ -61,6 +61,18 @@ def reply_starts(input_ids: torch.Tensor, markers: Sequence[torch.Tensor]) -> to
     return start
 
 
+def _marker_tensors(markers: Sequence[Sequence[int]]) -> List[torch.Tensor]:
+    """The non-empty token id sequences of ``markers`` as 1-D tensors."""
+    return [torch.as_tensor(list(m), dtype=torch.long) for m in markers if len(m)]
+
+
+def line_starts(input_ids: torch.Tensor, line_end: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` the position in ``input_ids`` ``(B, T)``, ``T`` > 0, just after each row's
+    last token that holds a line break (``line_end``, ``(V,)`` bool), 0 where none does."""
+    position = torch.arange(input_ids.shape[1], device=input_ids.device)
+    return torch.where(line_end[input_ids], position, -1).max(1).values + 1
+
+
 def marker_ends(input_ids: torch.Tensor, marker: torch.Tensor):
     """``(end, found)``, both ``(B,)``: the position just after the first occurrence of
     ``marker`` (a 1-D token id sequence) in each row of ``input_ids`` ``(B, T)``, and
@@ -148,21 +160,20 @@ class ChainTemplate(LogitsProcessor):
         self.line_end = line_end.bool()
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        rows, length = input_ids.shape
+        length = input_ids.shape[1]
         device = scores.device
         if self.leads.device != device:
             self.leads, self.lengths, self.line_end = self.leads.to(device), self.lengths.to(device), self.line_end.to(device)
-        position = torch.arange(length, device=device)
-        breaks = self.line_end[input_ids] if length else torch.zeros(rows, 0, dtype=torch.bool, device=device)
-        line = breaks.long().sum(1)  # (B,) the line each row is writing
-        begin = torch.where(breaks, position, -1).max(1).values + 1 if length else torch.zeros(rows, dtype=torch.long,
-                                                                                             device=device)
+        if length == 0:  # the first token: the first lead-in's
+            return torch.full_like(scores, float("-inf")).index_fill(1, self.leads[0, :1], 0.0)
+        line = self.line_end[input_ids].long().sum(1)  # (B,) the line each row is writing
+        begin = line_starts(input_ids, self.line_end)
         written = length - begin  # (B,) tokens of the current line so far
         count, width = self.leads.shape
         lead = self.leads[line.clamp(max=count - 1)]  # (B, W)
         # The current line's first W tokens beside its lead-in: forced so far means equal so far.
         at = begin[:, None] + torch.arange(width, device=device)  # (B, W)
-        seen = input_ids.gather(1, at.clamp(max=max(length - 1, 0))) if length else torch.full_like(lead, -1)
+        seen = input_ids.gather(1, at.clamp(max=length - 1))
         upto = torch.arange(width, device=device) < written[:, None]
         on_track = ((seen == lead) | ~upto).all(1)
         forcing = (line < count) & on_track & (written < self.lengths[line.clamp(max=count - 1)])
@@ -241,7 +252,7 @@ class ReplyRepetitionControl(LogitsProcessor):
 
     def __init__(self, markers: Sequence[Sequence[int]], no_repeat_ngram_size: int = 0,
                  repetition_penalty: float = 1.0, protected: Sequence[int] = ()):
-        self.markers: List[torch.Tensor] = [torch.as_tensor(list(m), dtype=torch.long) for m in markers if len(m)]
+        self.markers = _marker_tensors(markers)
         self.ngram = int(no_repeat_ngram_size)
         self.penalty = float(repetition_penalty)
         self.protected = torch.as_tensor(sorted(set(int(i) for i in protected)), dtype=torch.long)
@@ -352,7 +363,7 @@ class SentenceRepetitionBlock(LogitsProcessor):
 
     def __init__(self, markers: Sequence[Sequence[int]], word: torch.Tensor, sentence_end: torch.Tensor,
                  clause_end: torch.Tensor, line_end: torch.Tensor, closing: Sequence[int] = ()):
-        self.markers: List[torch.Tensor] = [torch.as_tensor(list(m), dtype=torch.long) for m in markers if len(m)]
+        self.markers = _marker_tensors(markers)
         self.word, self.line_end = word.bool(), line_end.bool()
         self.close = sentence_end.bool() | self.line_end
         self.boundary = self.close | clause_end.bool()
@@ -373,11 +384,9 @@ class SentenceRepetitionBlock(LogitsProcessor):
         if self.word.device != device:
             self.word, self.line_end = self.word.to(device), self.line_end.to(device)
             self.boundary, self.close = self.boundary.to(device), self.close.to(device)
-        position = torch.arange(length, device=device)
-        reply = reply_starts(input_ids, self.markers) if self.markers else torch.full((rows,), length, device=device)
-        last_break = torch.where(self.line_end[input_ids], position, -1).max(1).values  # (B,)
-        start = torch.where(reply < length, reply, last_break + 1)  # (B,) where each row's scope begins
-        in_scope = position >= start[:, None]  # (B, T)
+        reply = reply_starts(input_ids, self.markers)  # (B,)
+        start = torch.where(reply < length, reply, line_starts(input_ids, self.line_end))  # (B,) each row's scope
+        in_scope = torch.arange(length, device=device) >= start[:, None]  # (B, T)
         boundary = self.boundary[input_ids] & in_scope
         word = self.word[input_ids] & in_scope
         # The sentence each token belongs to (a boundary to the one it closes), the one being
@@ -421,8 +430,7 @@ class SeededSampling(LogitsProcessor):
                  reply_only: Optional[Sequence[Sequence[int]]] = None):
         self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
         self.generator: Optional[torch.Generator] = None
-        self.markers = None if reply_only is None else [torch.as_tensor(list(m), dtype=torch.long)
-                                                        for m in reply_only if len(m)]
+        self.markers = None if reply_only is None else _marker_tensors(reply_only)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self.generator is None:
@@ -444,8 +452,7 @@ class SeededSampling(LogitsProcessor):
             return chosen
         # Every row draws each step, so a row's draws do not depend on when the others
         # reach their reply; only rows inside theirs use the draw.
-        rows, length = input_ids.shape
-        in_reply = reply_starts(input_ids, self.markers) < length if self.markers else torch.zeros(rows, dtype=torch.bool)
+        in_reply = reply_starts(input_ids, self.markers) < input_ids.shape[1]  # (B,)
         return torch.where(in_reply.to(scores.device)[:, None], chosen, scores)
 
 

@@ -277,7 +277,7 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     for name, rows in (("copying", copying), ("summarising", summarising)):
         (tmp_path / name).mkdir()
         files.append(tmp_path / name / "predictions.jsonl")
-        files[-1].write_text("".join(json.dumps(r) + "\n" for r in rows))
+        files[-1].write_text("".join(json.dumps({"text": "I see.", "emotion": "sad", **r}) + "\n" for r in rows))
     result = subprocess.run([sys.executable, "bench/chain_targets.py", "--ed", str(data), "--examples", "0",
                              "--predictions", *map(str, files)],
                             cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)

@@ -156,10 +156,17 @@ def test_sentence_block_matches_a_per_row_reference():
     assert blocked_rows >= 10  # the random rows exercised the block, not only its absence
 
 
-def test_token_texts_decode_each_id_alone(model):
+def test_token_texts_decode_each_id_alone(model, monkeypatch):
     tokenizer = model.tokenizer
     one_by_one = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
+    # One joined decode does the plain tokens: only the special and added ones, whose text
+    # may hold the separator, go one by one.
+    asked = []
+    batch_decode = tokenizer.batch_decode
+    monkeypatch.setattr(tokenizer, "batch_decode", lambda ids, **kw: asked.extend(ids) or batch_decode(ids, **kw))
     assert token_texts(tokenizer, len(tokenizer)) == one_by_one
+    apart = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
+    assert {i for (i,) in asked} <= apart < set(range(len(tokenizer)))
 
 
 def test_sentence_block_reads_white_space_and_scopes_like_the_metric(model):
