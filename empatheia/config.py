@@ -206,6 +206,15 @@ class LanguageModelConfig:
     """Write the chain's emotion as the most likely of ``chain_emotions`` (by their first
     tokens' scores) rather than whatever word decoding picks, also when sampling
     (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
+    chain_emotion_reader: Optional[str] = None
+    """A fitted text emotion reader (a folder :class:`~empatheia.variants.readers.TextEmotionReader`
+    saved; ``package:`` paths allowed) whose reading of the speaker's words joins the
+    language model's when the chain's emotion is chosen and reported: the two
+    distributions over ``chain_emotions`` are multiplied, the reader's raised to
+    ``chain_emotion_reader_weight``, and renormalised. Its labels must hold every one of
+    ``chain_emotions``. ``None``: the language model's reading alone."""
+    chain_emotion_reader_weight: float = 1.0
+    """The exponent of the reader's distribution in that product (0 leaves it out)."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -223,6 +232,12 @@ class LanguageModelConfig:
             check_sampling(self.temperature, self.top_p, self.seed)
         except ValueError as error:
             raise ValueError(f"language_model.{error}") from None
+        if not self.chain_emotion_reader_weight >= 0:
+            raise ValueError("language_model.chain_emotion_reader_weight must be 0 or more, "
+                             f"got {self.chain_emotion_reader_weight}")
+        if self.chain_emotion_reader and not self.chain_emotions:
+            raise ValueError("language_model.chain_emotion_reader needs language_model.chain_emotions: "
+                             "the labels its reading is fused over")
         if self.choose_chain_emotion and not self.chain_emotions:
             raise ValueError("language_model.choose_chain_emotion needs language_model.chain_emotions to choose among")
 

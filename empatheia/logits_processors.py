@@ -196,20 +196,30 @@ class ChainEmotionChoice(LogitsProcessor):
     a choice of words, so it is taken as the most likely label in both. After the label
     the row writes on unconstrained.
 
+    With ``prior``, each row's labels are scored by their first tokens' log-probabilities
+    (renormalised over the labels) plus ``prior``: another reader's log-probabilities of the
+    same labels for that row's dialogue, already weighted (:func:`fused_label_scores`).
+
     Args:
         marker: token ids of the lead-in (:func:`emotion_step_tokens`).
         spellings: each label's token ids, first tokens distinct.
+        prior: ``(B, K)`` added to the labels' log-probabilities of each row, or ``None``.
     """
 
-    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]]):
+    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]],
+                 prior: Optional[torch.Tensor] = None):
         firsts = [s[0] for s in spellings]
         if len(set(firsts)) != len(firsts):
             raise ValueError("the labels' first tokens must differ to choose among them")
+        if prior is not None and (prior.dim() != 2 or prior.shape[1] != len(spellings)):
+            raise ValueError(f"prior must be (B, {len(spellings)}), one score per label and row; "
+                             f"got {tuple(prior.shape)}")
         self.marker = torch.as_tensor(list(marker), dtype=torch.long)
         width = max(len(s) for s in spellings)
         self.spellings = torch.tensor([list(s) + [-1] * (width - len(s)) for s in spellings], dtype=torch.long)  # (K, W)
         self.lengths = torch.tensor([len(s) for s in spellings], dtype=torch.long)  # (K,)
         self.firsts = self.spellings[:, 0]
+        self.prior = prior
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         end, found = marker_ends(input_ids, self.marker)
@@ -219,7 +229,7 @@ class ChainEmotionChoice(LogitsProcessor):
         firsts, spellings, lengths = self.firsts.to(device), self.spellings.to(device), self.lengths.to(device)
         written = length - end  # (B,) tokens written after the lead-in
         # The next token of each row: its label's first (choosing) or next token (spelling).
-        choice = scores[:, firsts].argmax(1)  # (B,)
+        choice = fused_label_scores(scores[:, firsts], self.prior).argmax(1)  # (B,)
         first_written = input_ids.gather(1, end.clamp(max=length - 1)[:, None]).squeeze(1)  # (B,)
         matches = first_written[:, None] == firsts[None, :]  # (B, K)
         label, spelled = matches.float().argmax(1), matches.any(1)  # (B,) which label a row is spelling, if any
@@ -231,6 +241,14 @@ class ChainEmotionChoice(LogitsProcessor):
             return scores
         only = torch.full_like(scores, float("-inf")).scatter(1, forced.clamp(min=0)[:, None], 0.0)
         return torch.where(constrained[:, None], only, scores)
+
+
+def fused_label_scores(logits: torch.Tensor, prior: Optional[torch.Tensor]) -> torch.Tensor:
+    """``(B, K)`` label scores: the labels' logits ``(B, K)`` as log-probabilities over the
+    labels, plus ``prior`` ``(B, K)`` where given. Their softmax is the fused distribution,
+    a product of the two readings (:meth:`Empatheia.chain_emotion_prior`)."""
+    scores = logits.float().log_softmax(-1)
+    return scores if prior is None else scores + prior.to(scores.device, scores.dtype)
 
 
 class ReplyRepetitionControl(LogitsProcessor):

@@ -554,6 +554,44 @@ def test_the_shipped_chain_names_a_label_where_greedy_wrote_another_word(small_m
         assert after.chain.event_scenario == before.chain.event_scenario
 
 
+@torch.no_grad()
+def test_the_shipped_chain_reads_the_emotion_with_the_text_reader(small_model, tmp_path):
+    """Two held-out dialogues (a dog that died, a mother's cancer) whose chain the core alone
+    reads as devastated and terrified; fused with the shipped text reader it names the gold
+    labels, sad and devastated. The event step before the choice is unchanged, and the
+    reported distribution is the core's times the reader's, renormalised."""
+    from empatheia.data.readers import read_dataset
+    from empatheia.variants.readers import TextEmotionReader, small_readers_folder, speaker_text
+
+    wanted = {"hit:3810_conv:7621/1": ("devastated", "sad"), "hit:4165_conv:8331/1": ("terrified", "devastated")}
+    conversations = {w.split("/")[0] for w in wanted}
+    lines = [line for line in shared_data("ed/ed_valid_conversations.jsonl").open(encoding="utf-8")
+             if any(f'"{c}"' in line for c in conversations)]
+    (tmp_path / "ed.jsonl").write_text("".join(lines), encoding="utf-8")
+    dialogues = [d for d in read_dataset(tmp_path / "ed.jsonl").dialogues if d.id in wanted]
+    assert [d.emotion for d in dialogues] == [wanted[d.id][1] for d in dialogues]
+    settings = small_model.config.language_model
+    assert settings.chain_emotion_reader and settings.chain_emotion_reader_weight == 1.0
+    try:
+        settings.chain_emotion_reader_weight = 0.0
+        alone = small_model.respond(dialogues)
+    finally:
+        settings.chain_emotion_reader_weight = 1.0
+    fused = small_model.respond(dialogues)
+    reader = TextEmotionReader.load(small_readers_folder())
+    for dialogue, before, after in zip(dialogues, alone, fused):
+        core_label, gold = wanted[dialogue.id]
+        assert before.chain.speaker_emotion == before.chain_emotion.label == core_label
+        assert after.chain.speaker_emotion == after.chain_emotion.label == gold
+        assert after.chain.event_scenario == before.chain.event_scenario
+        read = reader.read_fine(dialogue)
+        assert read is not None and speaker_text(dialogue)
+        product = {label: p * read[label] for label, p in before.chain_emotion.probabilities.items()}
+        total = sum(product.values())
+        for label, p in after.chain_emotion.probabilities.items():
+            assert p == pytest.approx(product[label] / total, abs=2e-3), label
+
+
 # ---------------------------------------------------------------------- the sweep
 def test_decoding_sweep_runs_on_tiny(tmp_path):
     data = tmp_path / "ed.jsonl"

@@ -1,0 +1,126 @@
+"""The chain's emotion fused with a text emotion reader (``language_model.chain_emotion_reader``):
+the choice processor's arithmetic, the config's checks, and generation on the tiny preset,
+where the chosen label and the reported distribution are the product of the language
+model's reading and the reader's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from empatheia import Dialogue, Empatheia, EmpatheiaConfig, Turn
+from empatheia.logits_processors import ChainEmotionChoice, emotion_step_tokens, fused_label_scores
+from empatheia.prompts import PromptMode
+from empatheia.variants.readers import TextEmotionReader
+
+LABELS = ["sad", "happy", "apprehensive"]
+
+
+def test_the_prior_is_added_to_the_labels_log_probabilities():
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    prior = torch.tensor([[0.0, 1.5, 0.0], [-1.0, 0.0, -1.0]])
+    fused = fused_label_scores(logits, prior)
+    assert torch.allclose(fused, logits.log_softmax(1) + prior)
+    assert torch.equal(fused_label_scores(logits, None), logits.log_softmax(1))
+    # Softmax of the fused scores = the two distributions multiplied and renormalised.
+    product = logits.softmax(1) * prior.exp()
+    assert torch.allclose(fused.softmax(1), product / product.sum(1, keepdim=True))
+
+
+def test_the_choice_follows_the_fused_scores():
+    # Lead-in 1 2; labels spelled [10], [11, 12] and [13]; both rows just wrote the lead-in.
+    ids = torch.tensor([[4, 1, 2], [4, 1, 2]])
+    scores = torch.zeros(2, 20)
+    scores[:, 10], scores[:, 11], scores[:, 13] = 2.0, 1.0, 0.0
+    alone = ChainEmotionChoice([1, 2], [[10], [11, 12], [13]])(ids, scores.clone())
+    assert alone.argmax(1).tolist() == [10, 10]
+    prior = torch.tensor([[0.0, 0.0, 0.0], [-5.0, 0.0, -5.0]])  # the second row's reader says label 1
+    fused = ChainEmotionChoice([1, 2], [[10], [11, 12], [13]], prior)(ids, scores.clone())
+    assert fused.argmax(1).tolist() == [10, 11]
+    with pytest.raises(ValueError, match=r"prior must be \(B, 3\)"):
+        ChainEmotionChoice([1, 2], [[10], [11, 12], [13]], torch.zeros(2, 4))
+
+
+def test_config_checks_the_reader_settings():
+    with pytest.raises(ValueError, match="chain_emotion_reader needs language_model.chain_emotions"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_reader": "/some/reader"})
+    with pytest.raises(ValueError, match="chain_emotion_reader_weight must be 0 or more"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_reader_weight": -1.0})
+
+
+def _reader(tmp_path, labels=LABELS):
+    """A reader fitted so that "rain" reads as the first label, "party" the second and
+    "exam" the third."""
+    words = ["rain", "party", "exam"]
+    texts = [f"{words[i]} today {n}" for i in range(len(labels)) for n in range(4)]
+    reader = TextEmotionReader.fit(texts, [labels[i] for i in range(len(labels)) for _ in range(4)], min_count=1)
+    return reader.save(tmp_path / "reader")
+
+
+def _dialogue(speaker: str) -> Dialogue:
+    return Dialogue([Turn("speaker", speaker), Turn("listener", "Oh?"), Turn("speaker", "yes")], id=speaker)
+
+
+def _tiny(reader, weight):
+    config = EmpatheiaConfig.from_preset("tiny", {
+        "language_model.chain_emotions": LABELS,
+        "language_model.choose_chain_emotion": True,
+        "language_model.chain_emotion_reader": str(reader),
+        "language_model.chain_emotion_reader_weight": weight,
+    })
+    return Empatheia(config).eval().merge_adapter()
+
+
+def test_the_prior_is_the_readers_log_probabilities_times_the_weight(tmp_path):
+    reader = _reader(tmp_path)
+    model = _tiny(reader, 2.0)
+    items = [_dialogue("rain today"), _dialogue("party today"), Dialogue([Turn("speaker", "", audio=np.zeros(1600, np.float32), sample_rate=16000)], id="voice only")]
+    prior = model.chain_emotion_prior(items)
+    read = TextEmotionReader.load(reader).fine_probabilities(["rain today yes", "party today yes"])
+    columns = [TextEmotionReader.load(reader).labels.index(label) for label in LABELS]
+    assert torch.allclose(prior[:2], 2.0 * read[:, columns].log(), atol=1e-5)
+    assert prior[:2].argmax(1).tolist() == [0, 1]
+    assert torch.equal(prior[2], torch.zeros(3))  # the speaker said nothing: no say
+    assert _tiny(reader, 0.0).chain_emotion_prior(items) is None
+
+
+def test_a_reader_without_the_chains_labels_is_an_error_naming_them(tmp_path):
+    reader = _reader(tmp_path, ["sad", "happy", "afraid"])
+    with pytest.raises(ValueError, match=r"lack \['apprehensive'\]"):
+        _tiny(reader, 1.0).chain_emotion_prior([_dialogue("rain")])
+
+
+@torch.no_grad()
+def test_generation_writes_and_reports_the_fused_emotion(tmp_path, monkeypatch):
+    """With a heavy reader weight the chain writes the label the reader reads, and the
+    response's ``chain_emotion`` is the fused distribution with that label on top."""
+    reader = _reader(tmp_path)
+    model = _tiny(reader, 50.0)
+    items = [_dialogue("rain today"), _dialogue("party today"), _dialogue("exam today")]
+    free = model.generate_text(items, PromptMode.FULL, 8)
+    # Random weights never write the emotion step's lead-in: let the first token the rows
+    # wrote stand for it, so the choice falls at the second.
+    lead = int(free.sequences[0, 0])
+    _, spellings = emotion_step_tokens(model.tokenizer, LABELS)
+    monkeypatch.setattr("empatheia.modeling.emotion_step_tokens", lambda tokenizer, names: ([lead], spellings))
+    chosen = model.generate_text(items, PromptMode.FULL, 8, score_steps=8)
+    assert chosen.chain_emotion_prior.shape == (3, 3)
+    firsts = torch.tensor([s[0] for s in spellings])
+    tokens = chosen.sequences[0].tolist()
+    at = tokens.index(lead) + 1
+    assert tokens[:at] == free.sequences[0, :at].tolist()  # nothing before the lead-in changed
+    assert tokens[at : at + len(spellings[0])] == spellings[0]  # "rain": the reader's label
+    assert int(fused_label_scores(chosen.scores[at][:1, firsts], chosen.chain_emotion_prior[:1]).argmax()) == 0
+    # Every row by its own reading, whatever the language model's scores say.
+    scores = torch.randn(3, len(model.tokenizer), generator=torch.Generator().manual_seed(0))
+    scores[:, firsts] = torch.tensor([3.0, 2.0, 1.0])  # the language model prefers "sad" everywhere
+    for processor in model._decoding_processors(PromptMode.FULL, None, chosen.chain_emotion_prior):
+        scores = processor(torch.tensor([[lead]] * 3), scores)
+    assert scores.argmax(1).tolist() == firsts.tolist()
+    # Reported: the same product, at the step the chain wrote it.
+    logits = torch.randn(3, len(model.tokenizer))
+    reported = model.label_predictions(logits, chosen.chain_emotion_prior)
+    assert [p.label for p in reported] == ["sad", "happy", "apprehensive"]
+    fused = fused_label_scores(logits[:, model._chain_emotion_ids], chosen.chain_emotion_prior).softmax(1)
+    assert reported[1].probabilities["happy"] == pytest.approx(float(fused[1, 1]), abs=1e-6)
