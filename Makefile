@@ -31,10 +31,12 @@ $(BROWSER_STAMP): $(STAMP)
 	else echo "warning: could not install chromium with apt-get; the browser test will be skipped"; fi
 
 # One pytest-xdist worker per core (at most 4: each holds its own models in memory); a
-# test file stays on one worker, so its module-wide fixtures are built once.
+# test file stays on one worker, so its module-wide fixtures are built once. Files go to
+# the workers in the order tests/conftest.py gives them, the longest first.
 TEST_WORKERS ?= auto
 test: $(STAMP) $(BROWSER_STAMP)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
+		--durations=20 tests
 
 # The example's text only: the shipped small weights' speech and video projectors had far
 # less training than the text path and no held-out measure (docs/small_preset.md).

@@ -163,7 +163,7 @@ class Empatheia(nn.Module, Responder):
         # them out of parameters(), state_dict() and .to().
         self._generators: Dict[str, object] = {}
         self._avatar_registry = None
-        self._chain_emotion_reader = None  # loaded at its first use (chain_emotion_prior)
+        self._chain_emotion_reader = None  # (path, reader), loaded at its first use (chain_emotion_prior)
 
     # ================================================================== building
     @classmethod
@@ -707,17 +707,16 @@ class Empatheia(nn.Module, Responder):
         lm = self.config.language_model
         if not lm.chain_emotion_reader or not lm.chain_emotions or lm.chain_emotion_reader_weight == 0:
             return None
-        reader = self._chain_emotion_reader
-        if reader is None:
+        if self._chain_emotion_reader is None or self._chain_emotion_reader[0] != lm.chain_emotion_reader:
             path = resolve_pretrained(lm.chain_emotion_reader)
-            reader = TextEmotionReader.load(path)
-            missing = [label for label in lm.chain_emotions if label not in reader.labels]
-            if missing:
-                raise ValueError(
-                    f"language_model.chain_emotion_reader {path}: its labels lack {missing[:5]} of "
-                    "language_model.chain_emotions; fit the reader on the labels the chain writes"
-                )
-            self._chain_emotion_reader = reader
+            self._chain_emotion_reader = (lm.chain_emotion_reader, TextEmotionReader.load(path))
+        reader = self._chain_emotion_reader[1]
+        missing = [label for label in lm.chain_emotions if label not in reader.labels]
+        if missing:
+            raise ValueError(
+                f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: its labels lack {missing[:5]} of "
+                "language_model.chain_emotions; fit the reader on the labels the chain writes"
+            )
         texts = [speaker_text(d) for d in items]
         columns = torch.tensor([reader.labels.index(label) for label in lm.chain_emotions])
         log_probs = reader.fine_probabilities(texts).float()[:, columns].clamp_min(1e-12).log()  # (B, K)
@@ -911,8 +910,7 @@ class Empatheia(nn.Module, Responder):
         if self._chain_emotion_ids is None or not any(rows):
             return [None] * len(rows)
         logits = self.language_model.get_output_embeddings()(hidden[slot])  # (R, V), R = rows with the step
-        has_step = slot.any(1)
-        predictions = iter(self.label_predictions(logits, None if prior is None else prior[has_step]))
+        predictions = iter(self.label_predictions(logits, None if prior is None else prior[slot.any(1)]))
         return [next(predictions) if has_step else None for has_step in rows]
 
     def _package(self, items, prompts, texts, parsed, content: ContentOutput, style: StyleOutput,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +19,29 @@ SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 def pytest_configure(config):
     # `make test` runs the suite in pytest-xdist workers, one per core: each worker is a
     # process with torch's default of one thread per core, so without this the workers'
-    # threads would fight over the same cores.
+    # threads would fight over the same cores. The processes a test starts (the command
+    # line, training stages, torchrun's ranks) inherit the variable and do the same: the
+    # worker waits while they run on its core.
     if os.environ.get("PYTEST_XDIST_WORKER"):
         torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
 
 
-def pytest_configure(config):
-    # `make test` runs the suite in pytest-xdist workers, one per core: each worker is a
-    # process with torch's default of one thread per core, so without this the workers'
-    # threads would fight over the same cores.
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.set_num_threads(1)
+# The files that take longest (`make test`'s --durations, summed per file, on 2 cores), in
+# that order. `make test` hands whole files to its workers in collection order
+# (--dist loadfile --no-loadscope-reorder): started first, the long files run beside
+# the many short ones instead of being left for last, when one worker has
+# finished and the other still has minutes to go.
+LONGEST_FILES = (
+    "test_offline_generators.py", "test_render.py", "test_training_processes.py", "test_finetune_docs.py",
+    "test_decoding.py", "test_small_preset.py", "test_training.py", "test_styletts2.py", "test_variants.py",
+    "test_small_variants.py", "test_style_heads.py", "test_finetune_avatar.py", "test_meria.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def shared_data(relative: str) -> Path:

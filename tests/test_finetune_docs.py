@@ -84,7 +84,7 @@ def test_the_documented_finetuning_path_runs_as_written(tmp_path):
     assert yaml.safe_load(labels_block)["profile"]["accent"] == ["us", "uk"]
 
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "OMP_NUM_THREADS": "2"}
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE"):
         env.pop(name, None)  # a group an earlier in-process test set up is not this one's
     outputs = []
