@@ -29,9 +29,9 @@ def pytest_configure(config):
 
 # The files that take longest (`make test`'s --durations, summed per file, on 2 cores), in
 # that order. `make test` hands whole files to its workers in collection order
-# (--dist loadfile --no-loadscope-reorder): started first, the long files run beside
-# the many short ones instead of being left for last, when one worker has
-# finished and the other still has minutes to go.
+# (--dist loadfile --no-loadscope-reorder); pytest-xdist's own order, by the number of
+# tests in a file, would leave the long files with few tests (the documented fine-tuning
+# path, the killed run) for the end, where one worker runs them while the other idles.
 LONGEST_FILES = (
     "test_offline_generators.py", "test_render.py", "test_training_processes.py", "test_finetune_docs.py",
     "test_decoding.py", "test_small_preset.py", "test_training.py", "test_styletts2.py", "test_variants.py",
