@@ -201,10 +201,12 @@ class LanguageModelConfig:
     """The labels the Chain of Empathy's emotion step was trained to write (e.g.
     EmpatheticDialogues' 32). When set, ``respond`` reports their probabilities at that
     step (``EmpatheticResponse.chain_emotion``): each label's first token, renormalised
-    over the labels, so the labels' first tokens must differ."""
+    over the labels (and fused with ``chain_emotion_reader``'s reading), so the labels'
+    first tokens must differ."""
     choose_chain_emotion: bool = False
     """Write the chain's emotion as the most likely of ``chain_emotions`` (by their first
-    tokens' scores) rather than whatever word decoding picks, also when sampling
+    tokens' scores, with ``chain_emotion_reader``'s reading where set) rather than whatever
+    word decoding picks, also when sampling
     (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
     chain_emotion_reader: Optional[str] = None
     """A fitted text emotion reader (a folder :class:`~empatheia.variants.readers.TextEmotionReader`

@@ -65,7 +65,8 @@ class EmpatheticResponse:
     """The key of the avatar that spoke."""
     chain_emotion: Optional[LabelPrediction] = None
     """The speaker's emotion as the Chain of Empathy weighs it: the probabilities of
-    ``language_model.chain_emotions`` at that step (``None`` without labels or step)."""
+    ``language_model.chain_emotions`` at that step, fused with the text reader's where
+    ``language_model.chain_emotion_reader`` is set (``None`` without labels or step)."""
     voice_style: Optional[Dict[str, object]] = None
     """What the voice was asked for, as the speech generator reads ``speech_style``
     (e.g. Piper's rate, pitch, energy; ``None`` until spoken, or for a generator whose
