@@ -45,7 +45,7 @@ from .prompts import PromptMode, parse_chain
 from .responding import Responder
 from .response import EmpatheticResponse, LabelPrediction
 from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
-from .variants.readers import TextEmotionReader, speaker_text
+from .variants.readers import TextEmotionReader
 
 CONFIG_NAME = "config.yaml"
 TOKENIZER_DIR = "tokenizer"
@@ -710,18 +710,11 @@ class Empatheia(nn.Module, Responder):
         if self._chain_emotion_reader is None or self._chain_emotion_reader[0] != lm.chain_emotion_reader:
             path = resolve_pretrained(lm.chain_emotion_reader)
             self._chain_emotion_reader = (lm.chain_emotion_reader, TextEmotionReader.load(path))
-        reader = self._chain_emotion_reader[1]
-        missing = [label for label in lm.chain_emotions if label not in reader.labels]
-        if missing:
-            raise ValueError(
-                f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: its labels lack {missing[:5]} of "
-                "language_model.chain_emotions; fit the reader on the labels the chain writes"
-            )
-        texts = [speaker_text(d) for d in items]
-        columns = torch.tensor([reader.labels.index(label) for label in lm.chain_emotions])
-        log_probs = reader.fine_probabilities(texts).float()[:, columns].clamp_min(1e-12).log()  # (B, K)
-        said = torch.tensor([bool(t) for t in texts])[:, None]
-        return torch.where(said, log_probs * lm.chain_emotion_reader_weight, 0.0).to(self.device)
+        try:
+            read = self._chain_emotion_reader[1].log_probabilities(items, lm.chain_emotions)  # (B, K)
+        except ValueError as error:
+            raise ValueError(f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: {error}") from None
+        return (read * lm.chain_emotion_reader_weight).to(self.device)
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
                              emotion_prior: Optional[torch.Tensor] = None) -> List[LogitsProcessor]:

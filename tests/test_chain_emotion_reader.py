@@ -1,9 +1,11 @@
 """The chain's emotion fused with a text emotion reader (``language_model.chain_emotion_reader``):
-the choice processor's arithmetic, the config's checks, and generation on the tiny preset,
+the choice processor's arithmetic, the config's checks, generation on the tiny preset,
 where the chosen label and the reported distribution are the product of the language
-model's reading and the reader's."""
+model's reading and the reader's, and the bench that fuses a run's recorded readings."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,7 +89,7 @@ def test_the_prior_is_the_readers_log_probabilities_times_the_weight(tmp_path):
 
 def test_a_reader_without_the_chains_labels_is_an_error_naming_them(tmp_path):
     reader = _reader(tmp_path, ["sad", "happy", "afraid"])
-    with pytest.raises(ValueError, match=r"lack \['apprehensive'\]"):
+    with pytest.raises(ValueError, match=r"lack \[.apprehensive.\]"):
         _tiny(reader, 1.0).chain_emotion_prior([_dialogue("rain")])
 
 
@@ -124,3 +126,26 @@ def test_generation_writes_and_reports_the_fused_emotion(tmp_path, monkeypatch):
     assert [p.label for p in reported] == ["sad", "happy", "apprehensive"]
     fused = fused_label_scores(logits[:, model._chain_emotion_ids], chosen.chain_emotion_prior).softmax(1)
     assert reported[1].probabilities["happy"] == pytest.approx(float(fused[1, 1]), abs=1e-6)
+
+
+def test_the_fusion_bench_scores_the_core_alone_and_the_reader_heavy(tmp_path, capsys, monkeypatch):
+    """bench/chain_emotion_fusion.py on three dialogues: the core reads all three as "sad"
+    (right once); weighted heavily, the reader's reading (right on all three) decides."""
+    import json
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "bench"))
+    from chain_emotion_fusion import main
+
+    reader = _reader(tmp_path)
+    words = {"sad": "rain", "happy": "party", "apprehensive": "exam"}
+    data = tmp_path / "ed.jsonl"
+    data.write_text("".join(json.dumps({"conv_id": f"c{i}", "situation": "-", "emotion": label,
+                                        "utterances": [f"{words[label]} today", "Oh?"]}) + "\n"
+                            for i, label in enumerate(LABELS)))
+    core = {"sad": 0.6, "happy": 0.3, "apprehensive": 0.1}
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps({"id": f"c{i}/1", "text": "Oh.", "emotion": "sad",
+                                               "chain_emotion_probabilities": core}) + "\n" for i in range(3)))
+    main(["--data", str(data), "--predictions", str(predictions), "--reader", str(reader), "--weights", "0", "50"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert rows == [["0", "0.3333", "0.3333"], ["50", "1.0000", "1.0000"]]

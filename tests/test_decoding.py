@@ -464,16 +464,24 @@ def small_model():
     return Empatheia.from_preset("small")
 
 
+def _ed_dialogues(tmp_path, ids):
+    """The EmpatheticDialogues examples ``ids`` (``conv_id/turn``), in that order, read from
+    the shared validation file as ``empatheia`` reads it."""
+    from empatheia.data.readers import read_dataset
+
+    conversations = {i.split("/")[0] for i in ids}
+    lines = [line for line in shared_data("ed/ed_valid_conversations.jsonl").open(encoding="utf-8")
+             if any(f'"{c}"' in line for c in conversations)]
+    (tmp_path / "ed.jsonl").write_text("".join(lines), encoding="utf-8")
+    found = {d.id: d for d in read_dataset(tmp_path / "ed.jsonl").dialogues}
+    return [found[i] for i in ids]
+
+
 def _looping_dialogues(tmp_path):
     """Dialogues whose greedy answer on the shipped ``small`` weights repeats a sentence:
     a held-out EmpatheticDialogues conversation (``empatheia data split``'s eval.jsonl
     holds it) and two short pieces of good news."""
-    from empatheia.data.readers import read_dataset
-
-    conversations = shared_data("ed/ed_valid_conversations.jsonl")
-    line = next(line for line in conversations.open(encoding="utf-8") if '"hit:596_conv:1193"' in line)
-    (tmp_path / "lonely.jsonl").write_text(line, encoding="utf-8")
-    lonely = next(d for d in read_dataset(tmp_path / "lonely.jsonl").dialogues if d.id == "hit:596_conv:1193/1")
+    (lonely,) = _ed_dialogues(tmp_path, ["hit:596_conv:1193/1"])
     return [lonely, Dialogue([Turn("speaker", "I just got engaged!")]),
             Dialogue([Turn("speaker", "I finally graduated from college!")])]
 
@@ -512,12 +520,7 @@ def test_the_shipped_weights_leave_a_looping_chain_step_for_the_reply(small_mode
     """A held-out dialogue whose chain's event step says one sentence over and over and
     never reaches the reply under greedy decoding with the reply's 3-gram block; the
     sentence block reaches into the step, which ends, and the reply follows."""
-    from empatheia.data.readers import read_dataset
-
-    conversations = shared_data("ed/ed_valid_conversations.jsonl")
-    line = next(line for line in conversations.open(encoding="utf-8") if '"hit:6796_conv:13592"' in line)
-    (tmp_path / "leg.jsonl").write_text(line, encoding="utf-8")
-    dialogue = next(d for d in read_dataset(tmp_path / "leg.jsonl").dialogues if d.id == "hit:6796_conv:13592/1")
+    (dialogue,) = _ed_dialogues(tmp_path, ["hit:6796_conv:13592/1"])
     looping = small_model.respond(dialogue, block_repeated_sentences=False)
     assert not looping.chain.parsed and repeated_sentences([looping.text])["repeated_sentence_count"] == 1
     answered = small_model.respond(dialogue)
@@ -530,14 +533,8 @@ def test_the_shipped_chain_names_a_label_where_greedy_wrote_another_word(small_m
     """Two held-out dialogues whose greedy chain names a feeling that is no ED label
     ('loyal', 'contented'); chosen among the labels, the chain writes the label the model
     itself scores highest (faithful, content), and nothing before it changes."""
-    from empatheia.data.readers import read_dataset
-
     wanted = {"hit:10147_conv:20294/1": ("loyal", "faithful"), "hit:3121_conv:6242/3": ("contented", "content")}
-    conversations = {w.split("/")[0] for w in wanted}
-    lines = [line for line in shared_data("ed/ed_valid_conversations.jsonl").open(encoding="utf-8")
-             if any(f'"{c}"' in line for c in conversations)]
-    (tmp_path / "ed.jsonl").write_text("".join(lines), encoding="utf-8")
-    dialogues = [d for d in read_dataset(tmp_path / "ed.jsonl").dialogues if d.id in wanted]
+    dialogues = _ed_dialogues(tmp_path, list(wanted))
     settings = small_model.config.language_model
     shipped = settings.choose_chain_emotion
     try:
@@ -560,15 +557,10 @@ def test_the_shipped_chain_reads_the_emotion_with_the_text_reader(small_model, t
     reads as devastated and terrified; fused with the shipped text reader it names the gold
     labels, sad and devastated. The event step before the choice is unchanged, and the
     reported distribution is the core's times the reader's, renormalised."""
-    from empatheia.data.readers import read_dataset
     from empatheia.variants.readers import TextEmotionReader, small_readers_folder, speaker_text
 
     wanted = {"hit:3810_conv:7621/1": ("devastated", "sad"), "hit:4165_conv:8331/1": ("terrified", "devastated")}
-    conversations = {w.split("/")[0] for w in wanted}
-    lines = [line for line in shared_data("ed/ed_valid_conversations.jsonl").open(encoding="utf-8")
-             if any(f'"{c}"' in line for c in conversations)]
-    (tmp_path / "ed.jsonl").write_text("".join(lines), encoding="utf-8")
-    dialogues = [d for d in read_dataset(tmp_path / "ed.jsonl").dialogues if d.id in wanted]
+    dialogues = _ed_dialogues(tmp_path, list(wanted))
     assert [d.emotion for d in dialogues] == [wanted[d.id][1] for d in dialogues]
     settings = small_model.config.language_model
     assert settings.chain_emotion_reader and settings.chain_emotion_reader_weight == 1.0

@@ -177,6 +177,19 @@ class TextEmotionReader:
             return None
         return to_distribution(self.fold(self.fine_probabilities([text]))[0], EMOTION_LABELS)
 
+    def log_probabilities(self, dialogues: Sequence["Dialogue"], labels: Sequence[str]) -> torch.Tensor:
+        """``(B, K)`` log-probabilities of ``labels`` (a subset of :attr:`labels`, in their
+        order) for each dialogue's speaker words; zeros, no say, where the speaker said
+        nothing. A label the reader was not fitted on is a ``ValueError`` naming it."""
+        missing = [label for label in labels if label not in self.model.labels]
+        if missing:
+            raise ValueError(f"the text reader's labels lack {missing[:5]}; fit it on the labels it should read")
+        texts = [speaker_text(d) for d in dialogues]
+        columns = torch.tensor([self.model.labels.index(label) for label in labels], dtype=torch.long)
+        read = self.fine_probabilities(texts).float()[:, columns].clamp_min(1e-12).log()
+        said = torch.tensor([bool(text) for text in texts])[:, None]
+        return torch.where(said, read, 0.0)
+
     def save(self, directory: PathLike, dtype: torch.dtype = torch.float16) -> Path:
         """Write the two files into ``directory``; ``dtype`` is the weights' storage type
         (half precision halves the files; check predictions after a round trip)."""
