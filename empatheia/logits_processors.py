@@ -291,25 +291,73 @@ class ReplyRepetitionControl(LogitsProcessor):
             penalised = torch.where(scores > 0, scores / self.penalty, scores * self.penalty)
             scores = torch.where(seen, penalised, scores)
         if self.ngram > 0:
-            banned = self.banned_tokens(input_ids, start, vocab)
+            banned = repeated_ngram_tokens(input_ids, start, self.ngram, vocab)
             banned[:, protected] = False
             scores = scores.masked_fill(banned, float("-inf"))
         return scores
 
-    def banned_tokens(self, input_ids: torch.Tensor, start: torch.Tensor, vocab: int) -> torch.Tensor:
-        """``(B, V)`` True where the next token would complete an n-gram (all its tokens
-        in the reply) that the reply already holds."""
+
+def repeated_ngram_tokens(input_ids: torch.Tensor, start: torch.Tensor, n: int, vocab: int) -> torch.Tensor:
+    """``(B, V)`` True where a row's next token would complete an n-gram (``n`` tokens, all
+    at or after the row's ``start``, ``(B,)``) that the row already holds from ``start`` on."""
+    rows, length = input_ids.shape
+    if length < n:
+        return torch.zeros(rows, vocab, dtype=torch.bool, device=input_ids.device)
+    grams = input_ids.unfold(1, n, 1)  # (B, W, n), W = T - n + 1
+    tail = input_ids[:, length - n + 1:]  # (B, n - 1): the n-gram the next token would complete
+    same_prefix = (grams[..., :-1] == tail[:, None, :]).all(-1)  # (B, W)
+    in_scope = torch.arange(grams.shape[1], device=input_ids.device) >= start[:, None]
+    tail_in_scope = (length - n + 1 >= start)[:, None]
+    hit = same_prefix & in_scope & tail_in_scope
+    return _token_set(torch.where(hit, grams[..., -1], vocab), vocab)
+
+
+class ChainStepNgramBlock(LogitsProcessor):
+    """n-gram blocking within each step of the chain, before the reply.
+
+    A step that loops inside one sentence ("a big ol' tom tom tom ...", "I am so sad, I am
+    so sad, ...") never closes a sentence, so :class:`SentenceRepetitionBlock` cannot stop
+    it, and it runs to the token budget without reaching the reply. Here a token that would
+    complete an n-gram the row's current line (since its last line break) already holds
+    gets a score of ``-inf``. Steps may restate each other, and the template repeats its
+    own words from line to line, so the scope is one line. Once a row has written the
+    reply's lead-in (``markers``) its scores pass unchanged (the reply has
+    :class:`ReplyRepetitionControl`). Line breaks, which end a step, and the ``protected``
+    ids (the end of text, the signal tokens) are never blocked. Put it before the
+    processors that force tokens (:class:`ChainTemplate`, :class:`ChainEmotionChoice`),
+    which then override it.
+
+    Args:
+        markers: token id sequences that end the text before the reply.
+        no_repeat_ngram_size: ``n`` > 0.
+        line_end: ``(V,)`` True for token ids that hold a line break.
+        protected: token ids left alone.
+    """
+
+    def __init__(self, markers: Sequence[Sequence[int]], no_repeat_ngram_size: int, line_end: torch.Tensor,
+                 protected: Sequence[int] = ()):
+        if no_repeat_ngram_size <= 0:
+            raise ValueError(f"no_repeat_ngram_size must be > 0 to block, got {no_repeat_ngram_size}")
+        self.markers = _marker_tensors(markers)
+        self.ngram = int(no_repeat_ngram_size)
+        self.line_end = line_end.bool()
+        self.protected = torch.as_tensor(sorted(set(int(i) for i in protected)), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         rows, length = input_ids.shape
-        n = self.ngram
-        if length < n:
-            return torch.zeros(rows, vocab, dtype=torch.bool, device=input_ids.device)
-        grams = input_ids.unfold(1, n, 1)  # (B, W, n), W = T - n + 1
-        tail = input_ids[:, length - n + 1:]  # (B, n - 1): the n-gram the next token would complete
-        same_prefix = (grams[..., :-1] == tail[:, None, :]).all(-1)  # (B, W)
-        in_reply = torch.arange(grams.shape[1], device=input_ids.device) >= start[:, None]
-        tail_in_reply = (length - n + 1 >= start)[:, None]
-        hit = same_prefix & in_reply & tail_in_reply
-        return _token_set(torch.where(hit, grams[..., -1], vocab), vocab)
+        if length < self.ngram:
+            return scores
+        device, vocab = scores.device, scores.shape[-1]
+        if self.line_end.device != device:
+            self.line_end = self.line_end.to(device)
+        in_chain = reply_starts(input_ids, self.markers) >= length  # (B,)
+        if not bool(in_chain.any()):
+            return scores
+        banned = repeated_ngram_tokens(input_ids, line_starts(input_ids, self.line_end), self.ngram, vocab)
+        banned[:, self.protected.to(device)] = False
+        width = min(vocab, self.line_end.numel())
+        banned[:, :width] &= ~self.line_end[:width]
+        return scores.masked_fill(banned & in_chain[:, None], float("-inf"))
 
 
 def token_texts(tokenizer: Any, count: int) -> List[str]:

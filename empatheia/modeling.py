@@ -35,7 +35,7 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import (ChainEmotionChoice, ChainTemplate, ReplyRepetitionControl, SeededSampling,
+from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl, SeededSampling,
                                 SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
                                 reply_markers, sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
@@ -719,36 +719,36 @@ class Empatheia(nn.Module, Responder):
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
                              emotion_prior: Optional[torch.Tensor] = None) -> List[LogitsProcessor]:
         """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
-        generation in layout ``mode``: the chain's template and the choice of its emotion
-        (fused with ``emotion_prior``, :meth:`chain_emotion_prior`) where the config asks
-        for them, the block on repeated sentences, the reply's repetition control, then
-        sampling."""
+        generation in layout ``mode``: the n-gram block within each step of the chain, the
+        chain's template and the choice of its emotion (fused with ``emotion_prior``,
+        :meth:`chain_emotion_prior`) where the config asks for them, the block on repeated
+        sentences, the reply's repetition control, then sampling."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
         lm = self.config.language_model
         decoding = (decoding or Decoding()).resolved(lm)
         processors: List[LogitsProcessor] = []
         chain = mode in (PromptMode.TEXT, PromptMode.FULL)
+        ids = self.token_ids
+        stops = [ids.eos, *ids.audio_signals, *ids.video_signals]  # never blocked: the model can always stop
+        # First, so that the template and the emotion choice below override what it blocks.
+        if decoding.no_repeat_ngram_size and mode in (PromptMode.TEXT, PromptMode.FULL, PromptMode.PIPELINE):
+            processors.append(ChainStepNgramBlock(reply_markers(self.tokenizer, mode), decoding.no_repeat_ngram_size,
+                                                  self._sentence_token_classes()[3], protected=stops))
         if lm.force_chain_template and chain:
             processors.append(ChainTemplate(chain_lead_ins(self.tokenizer), self._sentence_token_classes()[3]))
         # Before the emotion choice, whose forced label (line break and all) must stand.
         if decoding.block_repeated_sentences and mode in (PromptMode.TEXT, PromptMode.FULL, PromptMode.PIPELINE):
-            ids = self.token_ids
-            processors.append(SentenceRepetitionBlock(
-                reply_markers(self.tokenizer, mode), *self._sentence_token_classes(),
-                closing=[ids.eos, *ids.audio_signals, *ids.video_signals],
-            ))
+            processors.append(SentenceRepetitionBlock(reply_markers(self.tokenizer, mode),
+                                                      *self._sentence_token_classes(), closing=stops))
         if lm.choose_chain_emotion and chain:
             marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
             processors.append(ChainEmotionChoice(marker, spellings, emotion_prior))
         if decoding.controls_repetition:
             markers = reply_markers(self.tokenizer, mode)
             if markers:
-                ids = self.token_ids
-                processors.append(ReplyRepetitionControl(
-                    markers, decoding.no_repeat_ngram_size, decoding.repetition_penalty,
-                    protected=[ids.eos, *ids.audio_signals, *ids.video_signals],
-                ))
+                processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
+                                                         decoding.repetition_penalty, protected=stops))
         if decoding.do_sample:
             processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed,
                                              reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode)))

@@ -19,7 +19,8 @@ from empatheia import Dialogue, Empatheia, EmpatheiaConfig, Turn
 from empatheia.cli import main
 from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences
-from empatheia.logits_processors import (ChainEmotionChoice, ChainTemplate, ReplyRepetitionControl, SeededSampling,
+from empatheia.logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl,
+                                         SeededSampling,
                                          SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, reply_markers,
                                          reply_starts, sentence_token_classes, token_texts)
 from empatheia.prompts import PromptMode
@@ -154,6 +155,37 @@ def test_sentence_block_matches_a_per_row_reference():
                 expected = float("-inf") if repeats and token in closers else scores[row, token]
                 assert out[row, token] == expected, (ids[row].tolist(), token)
     assert blocked_rows >= 10  # the random rows exercised the block, not only its absence
+
+
+def test_chain_step_block_matches_a_per_row_reference():
+    """Before the reply, a token that would repeat an n-gram of the current line (after the
+    last line break, token 5) is blocked, except a line break and the protected end (8);
+    rows that reached the reply pass unchanged."""
+    for n in (2, 3):
+        block = ChainStepNgramBlock(MARKERS, n, _LINE_ENDS, protected=[8])
+        blocked_rows = 0
+        for seed in range(30):
+            generator = torch.Generator().manual_seed(seed)
+            pool = torch.tensor([0, 1, 0, 1, 5, 8, 3])  # few tokens, so n-grams repeat often
+            ids = pool[torch.randint(0, len(pool), (8, 14), generator=generator)]
+            for row in range(0, 8, 3):
+                at = int(torch.randint(0, 10, (1,), generator=generator))
+                ids[row, at : at + 2] = torch.tensor([1, 2])
+            scores = torch.randn(8, 10, generator=generator)
+            out = block(ids, scores.clone())
+            for row in range(ids.shape[0]):
+                ids_row = ids[row].tolist()
+                banned = set()
+                if _reply_start(ids_row) >= len(ids_row):
+                    line = max((i + 1 for i, t in enumerate(ids_row) if t == 5), default=0)
+                    banned = _reference_banned(ids_row, line, n) - {5, 8}
+                blocked_rows += bool(banned)
+                expected = scores[row].clone()
+                expected[sorted(banned)] = float("-inf")
+                torch.testing.assert_close(out[row], expected, rtol=0, atol=0)
+        assert blocked_rows >= 10  # the random rows exercised the block
+    with pytest.raises(ValueError, match="no_repeat_ngram_size"):
+        ChainStepNgramBlock(MARKERS, 0, _LINE_ENDS)
 
 
 def test_token_texts_decode_each_id_alone(model, monkeypatch):
@@ -518,14 +550,35 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
 @torch.no_grad()
 def test_the_shipped_weights_leave_a_looping_chain_step_for_the_reply(small_model, tmp_path):
     """A held-out dialogue whose chain's event step says one sentence over and over and
-    never reaches the reply under greedy decoding with the reply's 3-gram block; the
-    sentence block reaches into the step, which ends, and the reply follows."""
+    never reaches the reply under plain greedy decoding; the sentence block reaches into
+    the step, which ends, and the reply follows."""
     (dialogue,) = _ed_dialogues(tmp_path, ["hit:6796_conv:13592/1"])
-    looping = small_model.respond(dialogue, block_repeated_sentences=False)
+    looping = small_model.respond(dialogue, block_repeated_sentences=False, no_repeat_ngram_size=0)
     assert not looping.chain.parsed and repeated_sentences([looping.text])["repeated_sentence_count"] == 1
-    answered = small_model.respond(dialogue)
+    answered = small_model.respond(dialogue, no_repeat_ngram_size=0)
+    assert answered.chain.parsed and answered.chain.speaker_emotion and answered.text, answered.generated_text
+    answered = small_model.respond(dialogue)  # small's defaults: both blocks
     assert answered.chain.parsed and answered.chain.speaker_emotion and answered.text, answered.generated_text
     assert repeated_sentences([answered.text, answered.chain.event_scenario])["repeated_sentence_count"] == 0
+
+
+@torch.no_grad()
+def test_the_shipped_weights_end_a_chain_step_that_loops_inside_a_sentence(small_model, tmp_path):
+    """Two held-out dialogues whose event step loops word by word ("a big ol' tom tom tom
+    ...", "I am so sad, I am so sad, ...") and never ends a sentence, so the sentence block
+    cannot stop it: without n-gram blocking the answer is the raw chain, cut at the token
+    budget. The 3-gram block within each step (small's no_repeat_ngram_size) ends the
+    step, and the chain names its emotion and reaches the reply."""
+    dialogues = _ed_dialogues(tmp_path, ["hit:10984_conv:21969/1", "hit:11928_conv:23856/1"])
+    looping = small_model.respond(dialogues, no_repeat_ngram_size=0)
+    for answer in looping:
+        assert not answer.chain.parsed and answer.chain.speaker_emotion is None, answer.generated_text
+        assert "tom tom tom tom" in answer.text or "I am so sad, I am so sad" in answer.text
+    answered = small_model.respond(dialogues)
+    for answer in answered:
+        assert answer.chain.parsed and answer.chain.speaker_emotion and answer.text, answer.generated_text
+        assert "the event scenario" not in answer.text.lower()
+        assert not _has_repeated_ngram(small_model.tokenizer(answer.chain.event_scenario)["input_ids"], 3)
 
 
 @torch.no_grad()
