@@ -174,8 +174,9 @@ class LanguageModelConfig:
     max_new_tokens: int = 256
     """Default generation budget of ``respond``."""
     no_repeat_ngram_size: int = 0
-    """Default of ``respond``'s ``no_repeat_ngram_size``: the reply (after the chain) never
-    repeats a run of this many tokens; 0 is off (:mod:`empatheia.decoding`)."""
+    """Default of ``respond``'s ``no_repeat_ngram_size``: neither the reply nor a step of
+    the chain (one line) repeats a run of this many tokens; 0 is off
+    (:mod:`empatheia.decoding`)."""
     repetition_penalty: float = 1.0
     """Default of ``respond``'s ``repetition_penalty``: the scores of tokens the reply
     already holds are divided by it (> 1 discourages repeats); 1 is off."""

@@ -2,10 +2,12 @@
 repeating itself.
 
 A :class:`Decoding` holds one call's settings. Its repetition control (n-gram blocking and
-a repetition penalty) reaches only the reply: the tokens after the lead-in that starts it
+a repetition penalty) reaches the reply: the tokens after the lead-in that starts it
 (``the response is:`` after a Chain of Empathy, ``Response:`` after the pipeline's
-meta-response). The chain's template repeats its own words by design ("the emotion of the
-speaker is", "the emotion cause is"), and the signal tokens and the end of text must stay
+meta-response). n-gram blocking also holds within each line before it, one step of the
+chain at a time: the chain's template repeats its own words from step to step by design
+("the emotion of the speaker is", "the emotion cause is"), but a step that repeats itself
+is a loop that never reaches the reply. The signal tokens and the end of text stay
 reachable whatever was written before them. Where a setting is left ``None`` the model
 config's ``language_model.no_repeat_ngram_size`` / ``repetition_penalty`` applies
 (:meth:`Decoding.resolved`).
@@ -39,7 +41,8 @@ class Decoding:
     ``do_sample`` every token is the likeliest (greedy).
 
     ``no_repeat_ngram_size`` ``n`` > 0 forbids a reply token that would complete an n-gram
-    (of the language model's tokens) the reply already holds; ``repetition_penalty`` ``p``
+    (of the language model's tokens) the reply already holds, and a chain token that would
+    complete one its step (its line) already holds; ``repetition_penalty`` ``p``
     divides the positive logits of tokens the reply already holds by ``p`` and multiplies
     the negative ones by ``p`` (CTRL's penalty; > 1 discourages, 1 is off);
     ``block_repeated_sentences`` keeps the reply, and each step of the chain, from closing
@@ -133,7 +136,7 @@ def add_decoding_arguments(parser) -> None:
                         help="when sampling: seed of the draws; the same seed gives the same answer "
                              "(default: language_model.seed, else random)")
     parser.add_argument("--no-repeat-ngram", type=int, default=None, metavar="N",
-                        help="the reply never repeats a run of N tokens; 0 turns it off "
+                        help="neither the reply nor a step of the chain repeats a run of N tokens; 0 turns it off "
                              "(default: language_model.no_repeat_ngram_size)")
     parser.add_argument("--repetition-penalty", type=float, default=None, metavar="X",
                         help="divide the scores of tokens the reply already holds by X (> 1 discourages repeats; 1 is "

@@ -152,9 +152,12 @@ _LABEL_PATTERN = re.compile(
 def parse_chain(text: str) -> Tuple[ChainOfEmpathy, str]:
     """Split generated text into its chain fields and the response.
 
-    Returns ``(chain, response)``. When there is no response line the chain is flagged
-    ``parsed=False`` and the whole text, stripped, is taken as the response so nothing is
-    lost.
+    Returns ``(chain, response)``. The response is the rest of the response line: a reply
+    is one line, as every training target writes it, and a line break after it starts
+    something else (a small core that loses its way writes the template's steps again
+    there); ``chain.raw`` keeps the whole text. When there is no response line the chain
+    is flagged ``parsed=False`` and the whole text, stripped, is taken as the response so
+    nothing is lost.
     """
     label_to_field = {label: name for name, label in CHAIN_STEPS}
     matches = list(_LABEL_PATTERN.finditer(text))
@@ -165,7 +168,7 @@ def parse_chain(text: str) -> Tuple[ChainOfEmpathy, str]:
         value = text[match.end() : end].strip()
         label = match.group(1).lower()
         if label == RESPONSE_LABEL:
-            response = value
+            response = value.split("\n", 1)[0].strip()
         else:
             fields[label_to_field[label]] = value or None
     if response is None or not response:

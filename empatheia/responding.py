@@ -79,9 +79,10 @@ class Responder:
         reproducibly for a given ``seed`` (the same dialogues batched alike give the same
         answers; the global RNG is neither read nor moved); with ``sample_chain`` False
         only the reply's tokens are drawn and the chain is written greedily.
-        ``no_repeat_ngram_size`` and ``repetition_penalty`` keep the reply, not the
-        chain, from repeating itself, ``block_repeated_sentences`` the reply and each
-        step of the chain from saying a sentence twice. Each ``None`` is the config's
+        ``no_repeat_ngram_size`` keeps the reply and each step of the chain from repeating
+        a run of tokens, ``repetition_penalty`` the reply from reusing its tokens, and
+        ``block_repeated_sentences`` the reply and each step of the chain from saying a
+        sentence twice. Each ``None`` is the config's
         ``language_model`` value (greedy unless the config samples).
         See :class:`~empatheia.decoding.Decoding`.
 

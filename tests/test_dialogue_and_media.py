@@ -169,6 +169,10 @@ def test_chain_round_trip_and_parse_failures():
     partial = chain_text(ChainOfEmpathy(event_scenario="A move.", speaker_emotion="anxious"))
     assert partial == ("Firstly, the event scenario of this conversation is: A move.\n"
                        "Secondly, the emotion of the speaker is: anxious\nFinally, the response is: ")
+    # The reply is its line: what a lost core writes on the lines after it is not the reply.
+    lost = text + "\nSecondly, the emotion is: ashamed\nFinally, the reply is: She"
+    parsed, response = parse_chain(lost)
+    assert parsed.parsed and response == "You will settle in soon." and parsed.raw == lost
     broken, response = parse_chain("I am so sorry to hear that.")
     assert not broken.parsed and broken.raw == "I am so sorry to hear that." and response == broken.raw
     only_emotion, response = parse_chain("the emotion of the speaker is: sad\nno response line")
