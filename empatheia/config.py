@@ -192,8 +192,8 @@ class LanguageModelConfig:
     """Default nucleus mass: tokens are drawn from the smallest set holding this much
     probability."""
     seed: Optional[int] = None
-    """Default seed of the draws (the same seed, dialogues and batching answer alike);
-    ``None`` draws fresh randomness each call."""
+    """Default seed of the draws (the same seed and dialogue give the same answer, in any
+    batch); ``None`` draws fresh randomness each call."""
     block_repeated_sentences: bool = False
     """Default of ``respond``'s ``block_repeated_sentences``: neither the reply nor a step
     of the chain may say one sentence twice, white space and punctuation aside

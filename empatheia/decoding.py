@@ -33,9 +33,10 @@ class Decoding:
     ``language_model`` section (:meth:`resolved`).
 
     With ``do_sample`` tokens are drawn from the ``temperature``-scaled distribution cut
-    to its top-``top_p`` mass, with a generator of their own seeded by ``seed`` (``None``
-    in the config too: fresh randomness), so the caller's global RNG is never read or
-    moved; the same seed, dialogues and batching give the same answers. ``sample_chain``
+    to its top-``top_p`` mass, by numbers hashed from ``seed`` (``None`` in the config
+    too: fresh randomness), the dialogue and the step, so the caller's global RNG is never
+    read or moved and the same seed and dialogue give the same answer in any batch.
+    ``sample_chain``
     False draws the reply's tokens only and writes the Chain of Empathy greedily: the
     chain is the model's reading of the dialogue, the reply its choice of words. Without
     ``do_sample`` every token is the likeliest (greedy).

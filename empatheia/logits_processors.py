@@ -478,46 +478,82 @@ class SentenceRepetitionBlock(LogitsProcessor):
         return scores.masked_fill(repeats[:, None] & close[None, :], float("-inf"))
 
 
+_HASH_MASK = 0xFFFFFFFF
+_HASH_MULTIPLIER = 0x45D9F3B
+
+
+def mix32(x):
+    """A 32-bit integer hash (two multiply-xorshift rounds) of ``x``, a whole number or an
+    int64 tensor of whole numbers in ``[0, 2**32)``; the product stays below ``2**59``,
+    inside int64, and Python ints and tensors give the same values."""
+    x = ((x >> 16) ^ x) * _HASH_MULTIPLIER & _HASH_MASK
+    x = ((x >> 16) ^ x) * _HASH_MULTIPLIER & _HASH_MASK
+    return (x >> 16) ^ x
+
+
+def prompt_keys(prompts: Sequence[Sequence[int]]) -> List[int]:
+    """One 32-bit key per prompt (its token ids), what :class:`SeededSampling` draws by: the
+    same prompt gets the same key in any batch."""
+    import hashlib
+
+    return [int.from_bytes(hashlib.blake2b(str(list(ids)).encode(), digest_size=4).digest(), "little")
+            for ids in prompts]
+
+
 class SeededSampling(LogitsProcessor):
-    """Temperature and nucleus (top-p) sampling from a ``torch.Generator`` of its own.
+    """Temperature and nucleus (top-p) sampling whose draws depend only on the seed, the
+    row's key and the step.
 
     Each step it draws one token per row from ``softmax(scores / temperature)``, cut to
     the smallest set of tokens whose probability reaches ``top_p`` (the most probable
     token always stays), and returns scores that are ``-inf`` everywhere but at the drawn
-    token; ``generate`` then runs greedy, which picks it. Drawing here rather than in
-    ``generate`` keeps the draws off the global RNG: a ``seed`` makes them reproducible
-    without touching the caller's random state, and ``None`` seeds the generator from
-    the operating system. With ``reply_only`` (the reply's lead-in markers,
+    token; ``generate`` then runs greedy, which picks it. Row ``b``'s draw at step ``t``
+    inverts its distribution's cumulative sum at a uniform number hashed from ``(seed,
+    keys[b], t)`` (:func:`mix32`), not drawn from a shared generator: with each dialogue's
+    own key (:func:`prompt_keys`) a dialogue gets the same answer for a seed whatever batch
+    it is answered in and whatever the other rows write, and no global RNG is read or
+    moved. ``seed`` ``None`` takes one from the operating system; ``keys`` ``None`` gives
+    every row key 0. With ``reply_only`` (the reply's lead-in markers,
     :func:`reply_markers`) a row's scores pass unchanged until it has written one of
     them, so the text before the reply is written greedily.
     """
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: Optional[int] = None,
-                 reply_only: Optional[Sequence[Sequence[int]]] = None):
+                 reply_only: Optional[Sequence[Sequence[int]]] = None, keys: Optional[Sequence[int]] = None):
         self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
-        self.generator: Optional[torch.Generator] = None
+        if seed is None:
+            import secrets
+
+            seed = secrets.randbits(63)
+        # The seed's 64 bits folded into one 32-bit word.
+        self.seed_word = mix32(mix32(seed & _HASH_MASK) ^ ((seed >> 32) & _HASH_MASK))
+        self.keys = None if keys is None else torch.as_tensor([int(k) & _HASH_MASK for k in keys], dtype=torch.long)
+        self.step = 0
         self.markers = None if reply_only is None else _marker_tensors(reply_only)
 
+    def uniforms(self, rows: int, device) -> torch.Tensor:
+        """``(rows,)`` this step's uniform numbers in ``[0, 1)``, one per row."""
+        keys = torch.zeros(rows, dtype=torch.long) if self.keys is None else self.keys
+        if keys.numel() != rows:
+            raise ValueError(f"SeededSampling has {keys.numel()} row keys for a batch of {rows} rows")
+        step_word = mix32((self.seed_word ^ mix32(self.step & _HASH_MASK)) & _HASH_MASK)
+        words = mix32(mix32(keys ^ step_word) ^ self.seed_word)
+        return (words.double() / 2.0**32).to(device)
+
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        if self.generator is None:
-            # Made on the first step, on the scores' device (a generator draws on its own).
-            self.generator = torch.Generator(device=scores.device)
-            if self.seed is None:
-                self.generator.seed()
-            else:
-                self.generator.manual_seed(self.seed)
-        probs = (scores.float() / self.temperature).softmax(-1)  # (B, V)
+        probs = (scores.double() / self.temperature).softmax(-1)  # (B, V)
         if self.top_p < 1.0:
             ranked, order = probs.sort(-1, descending=True)
             before = ranked.cumsum(-1) - ranked  # mass of the tokens ranked above each
             keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < self.top_p)
             probs = probs.masked_fill(~keep, 0.0)
-        drawn = torch.multinomial(probs, 1, generator=self.generator)  # (B, 1)
+        cumulative = probs.cumsum(-1)  # (B, V)
+        targets = self.uniforms(scores.shape[0], scores.device) * cumulative[:, -1]  # (B,) below each row's total
+        drawn = torch.searchsorted(cumulative, targets[:, None], right=True).clamp(max=scores.shape[-1] - 1)
+        self.step += 1
         chosen = torch.full_like(scores, float("-inf")).scatter(-1, drawn, 0.0)
         if self.markers is None:
             return chosen
-        # Every row draws each step, so a row's draws do not depend on when the others
-        # reach their reply; only rows inside theirs use the draw.
         in_reply = reply_starts(input_ids, self.markers) < input_ids.shape[1]  # (B,)
         return torch.where(in_reply.to(scores.device)[:, None], chosen, scores)
 

@@ -76,8 +76,8 @@ class Responder:
         emotions and the generator features of each (how, the system's class says).
 
         ``do_sample`` draws each token at ``temperature`` from the top-``top_p`` mass,
-        reproducibly for a given ``seed`` (the same dialogues batched alike give the same
-        answers; the global RNG is neither read nor moved); with ``sample_chain`` False
+        reproducibly for a given ``seed`` (a dialogue gets the same answer in any batch;
+        the global RNG is neither read nor moved); with ``sample_chain`` False
         only the reply's tokens are drawn and the chain is written greedily.
         ``no_repeat_ngram_size`` keeps the reply and each step of the chain from repeating
         a run of tokens, ``repetition_penalty`` the reply from reusing its tokens, and

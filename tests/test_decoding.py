@@ -255,6 +255,28 @@ def test_seeded_sampling_repeats_itself_and_leaves_the_global_rng_alone():
     assert set(SeededSampling(seed=2, temperature=2.0)(None, blocked).argmax(-1).tolist()) == {49}
 
 
+def test_seeded_sampling_draws_by_the_distribution_and_by_each_rows_key():
+    # 4,000 steps of one distribution: each token's share is near its probability.
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    sampler = SeededSampling(seed=7, keys=[5])
+    counts = torch.zeros(4)
+    for _ in range(4000):
+        counts[sampler(None, probs.log()[None]).argmax(-1)] += 1
+    assert torch.allclose(counts / 4000, probs, atol=0.025), counts
+    # A row's draws depend on its key, the seed and the step, not on the rows beside it.
+    scores = torch.randn(3, 30, generator=torch.Generator().manual_seed(1))
+
+    def draws(keys, rows):
+        sampler = SeededSampling(seed=3, keys=keys)
+        return torch.stack([sampler(None, scores[rows]).argmax(-1) for _ in range(20)], 1)  # (rows, steps)
+
+    together = draws([11, 22, 33], [0, 1, 2])
+    assert torch.equal(draws([22], [1])[0], together[1]) and torch.equal(draws([33, 11], [2, 0]), together[[2, 0]])
+    assert not torch.equal(draws([44], [1])[0], together[1])
+    with pytest.raises(ValueError, match="2 row keys for a batch of 3"):
+        SeededSampling(seed=0, keys=[1, 2])(None, scores)
+
+
 def test_decoding_settings_check_their_values_and_fill_in_the_config():
     for bad in ({"temperature": 0}, {"top_p": 1.5}, {"seed": -1}, {"no_repeat_ngram_size": -2},
                 {"repetition_penalty": 0.0}):
@@ -342,9 +364,11 @@ def test_seeded_sampling_answers_the_same_and_keeps_the_callers_rng():
     greedy = [r.text for r in model.respond(items, max_new_tokens=16)]
     assert greedy == [r.text for r in model.respond(items, max_new_tokens=16, seed=11)]  # a seed alone draws nothing
     assert greedy != first
-    # One dialogue answered in stages draws as respond does for it alone.
+    # One dialogue answered in stages, or alone, draws as it did in the batch.
     (_, staged), = model.respond_in_stages(items[0], max_new_tokens=16, do_sample=True, seed=11)
     assert staged.text == model.respond(items[0], max_new_tokens=16, do_sample=True, seed=11).text
+    alone = [model.respond(item, max_new_tokens=16, do_sample=True, seed=11).text for item in items]
+    assert alone == first
 
 
 def test_reply_only_sampling_leaves_the_chain_greedy():
