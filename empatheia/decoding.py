@@ -36,10 +36,9 @@ class Decoding:
     to its top-``top_p`` mass, by numbers hashed from ``seed`` (``None`` in the config
     too: fresh randomness), the dialogue and the step, so the caller's global RNG is never
     read or moved and the same seed and dialogue give the same answer in any batch.
-    ``sample_chain``
-    False draws the reply's tokens only and writes the Chain of Empathy greedily: the
-    chain is the model's reading of the dialogue, the reply its choice of words. Without
-    ``do_sample`` every token is the likeliest (greedy).
+    ``sample_chain`` False draws the reply's tokens only and writes the Chain of Empathy
+    greedily: the chain is the model's reading of the dialogue, the reply its choice of
+    words. Without ``do_sample`` every token is the likeliest (greedy).
 
     ``no_repeat_ngram_size`` ``n`` > 0 forbids a reply token that would complete an n-gram
     (of the language model's tokens) the reply already holds, and a chain token that would

@@ -11,7 +11,9 @@ its left padding never enter them.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import secrets
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -494,8 +496,6 @@ def mix32(x):
 def prompt_keys(prompts: Sequence[Sequence[int]]) -> List[int]:
     """One 32-bit key per prompt (its token ids), what :class:`SeededSampling` draws by: the
     same prompt gets the same key in any batch."""
-    import hashlib
-
     return [int.from_bytes(hashlib.blake2b(str(list(ids)).encode(), digest_size=4).digest(), "little")
             for ids in prompts]
 
@@ -522,8 +522,6 @@ class SeededSampling(LogitsProcessor):
                  reply_only: Optional[Sequence[Sequence[int]]] = None, keys: Optional[Sequence[int]] = None):
         self.temperature, self.top_p, self.seed = float(temperature), float(top_p), seed
         if seed is None:
-            import secrets
-
             seed = secrets.randbits(63)
         # The seed's 64 bits folded into one 32-bit word.
         self.seed_word = mix32(mix32(seed & _HASH_MASK) ^ ((seed >> 32) & _HASH_MASK))

@@ -35,9 +35,9 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl, SeededSampling,
-                                SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
-                                prompt_keys, reply_markers, sentence_token_classes)
+from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl,
+                                SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
+                                fused_label_scores, prompt_keys, reply_markers, sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
 from .projector import Projector

@@ -558,8 +558,9 @@ def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_
     # a space of its own, a 3-gram it never wrote, so only a 2-gram block or the sentence
     # block (small's default, with the 3-gram block) end that one
     # (docs/small_preset.md, Decoding and the chain's emotion).
-    off = {"block_repeated_sentences": False}
-    for setting, repeats in (({}, 0), (off, 2), ({**off, "no_repeat_ngram_size": 2}, 0)):
+    # The reply drawn (seeded) over the same greedy chain repeats nothing either.
+    off, drawn = {"block_repeated_sentences": False}, {"do_sample": True, "sample_chain": False, "seed": 0}
+    for setting, repeats in (({}, 0), (drawn, 0), (off, 2), ({**off, "no_repeat_ngram_size": 2}, 0)):
         controlled = small_model.respond(dialogues, **setting)
         texts = [r.text for r in controlled]
         assert repeated_sentences(texts)["repeated_sentence_count"] == repeats, (setting, texts)
