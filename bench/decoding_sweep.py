@@ -6,8 +6,8 @@ repeated sentences, per setting, on the first examples of a held-out file.
 
 Loads the preset (``small`` by default) once and answers the first ``--limit`` examples of
 ``--data`` (any file ``empatheia eval`` reads) under each setting of ``--settings``
-(default: all of :data:`SETTINGS`): greedy; greedy with the reply's n-grams of 2, 3 or 4
-tokens never repeated; greedy with a repetition penalty of 1.1, 1.2 or 1.3; and sampling at
+(default: all of :data:`SETTINGS`): greedy; greedy with n-grams of 2, 3 or 4 tokens never
+repeated (in the reply, and within each step of the chain); greedy with a repetition penalty of 1.1, 1.2 or 1.3; and sampling at
 two temperatures and top-p values with a fixed seed. Every setting states its repetition
 control, so the model config's defaults do not enter. The scores are the library's own
 (:mod:`empatheia.evaluation.text`): Dist-1 and Dist-2, BLEU-1/2/4 against the gold replies,
