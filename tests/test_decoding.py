@@ -134,19 +134,25 @@ def _reference_repeats(ids):
     return bool(words) and tuple(words) in said
 
 
+def _pooled_rows(seed, pool, length, marked_every):
+    """8 rows of ``length`` ids drawn from ``pool`` (few tokens, so repeats are common), every
+    ``marked_every``-th row holding the reply's marker ``1 2``, and ``(8, 10)`` scores."""
+    generator = torch.Generator().manual_seed(seed)
+    pool = torch.tensor(pool)
+    ids = pool[torch.randint(0, len(pool), (8, length), generator=generator)]
+    for row in range(0, 8, marked_every):
+        at = int(torch.randint(0, length - 4, (1,), generator=generator))
+        ids[row, at : at + 2] = torch.tensor([1, 2])
+    return ids, torch.randn(8, 10, generator=generator)
+
+
 def test_sentence_block_matches_a_per_row_reference():
     block = SentenceRepetitionBlock(MARKERS, _WORDS, _SENTENCE_ENDS, _CLAUSE_ENDS, _LINE_ENDS, closing=[8])
     closers = {4, 5, 8}
     blocked_rows = 0
     for seed in range(40):
-        generator = torch.Generator().manual_seed(seed)
         # Two words, so sentences repeat often; every other row holds the reply's marker.
-        pool = torch.tensor([0, 1, 0, 1, 3, 4, 4, 5, 6, 7, 9])
-        ids = pool[torch.randint(0, len(pool), (8, 16), generator=generator)]
-        for row in range(0, 8, 2):
-            at = int(torch.randint(0, 12, (1,), generator=generator))
-            ids[row, at : at + 2] = torch.tensor([1, 2])
-        scores = torch.randn(8, 10, generator=generator)
+        ids, scores = _pooled_rows(seed, [0, 1, 0, 1, 3, 4, 4, 5, 6, 7, 9], 16, marked_every=2)
         out = block(ids, scores.clone())
         for row in range(ids.shape[0]):
             repeats = _reference_repeats(ids[row].tolist())
@@ -165,13 +171,7 @@ def test_chain_step_block_matches_a_per_row_reference():
         block = ChainStepNgramBlock(MARKERS, n, _LINE_ENDS, protected=[8])
         blocked_rows = 0
         for seed in range(30):
-            generator = torch.Generator().manual_seed(seed)
-            pool = torch.tensor([0, 1, 0, 1, 5, 8, 3])  # few tokens, so n-grams repeat often
-            ids = pool[torch.randint(0, len(pool), (8, 14), generator=generator)]
-            for row in range(0, 8, 3):
-                at = int(torch.randint(0, 10, (1,), generator=generator))
-                ids[row, at : at + 2] = torch.tensor([1, 2])
-            scores = torch.randn(8, 10, generator=generator)
+            ids, scores = _pooled_rows(seed, [0, 1, 0, 1, 5, 8, 3], 14, marked_every=3)
             out = block(ids, scores.clone())
             for row in range(ids.shape[0]):
                 ids_row = ids[row].tolist()
