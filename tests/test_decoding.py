@@ -20,9 +20,8 @@ from empatheia.cli import main
 from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences
 from empatheia.logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl,
-                                         SeededSampling,
-                                         SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, reply_markers,
-                                         reply_starts, sentence_token_classes, token_texts)
+                                         SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
+                                         reply_markers, reply_starts, sentence_token_classes, token_texts)
 from empatheia.prompts import PromptMode
 from empatheia.serve.chat import Chat
 
