@@ -39,7 +39,7 @@ from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTe
                                 SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
                                 fused_label_scores, prompt_keys, reply_markers, sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
-from .processing import IGNORE_INDEX, EmpatheiaProcessor, Target, merge_features
+from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
 from .prompts import PromptMode, parse_chain
 from .responding import Responder
@@ -654,8 +654,7 @@ class Empatheia(nn.Module, Responder):
             raise ValueError("keep_cache is for prompts without a prefix")
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
         prior = self.chain_emotion_prior(items) if mode in (PromptMode.TEXT, PromptMode.FULL) else None
-        keys = prompt_keys([p.input_ids.tolist() for p in prompts])  # a dialogue draws alike in any batch
-        processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, keys),
+        processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
         states: List[torch.Tensor] = []
         hook = self._hf_model().base_model.register_forward_hook(
@@ -719,13 +718,14 @@ class Empatheia(nn.Module, Responder):
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
                              emotion_prior: Optional[torch.Tensor] = None,
-                             keys: Optional[Sequence[int]] = None) -> List[LogitsProcessor]:
+                             prompts: Optional[Sequence[EncodedExample]] = None) -> List[LogitsProcessor]:
         """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
         generation in layout ``mode``: the n-gram block within each step of the chain, the
         chain's template and the choice of its emotion (fused with ``emotion_prior``,
         :meth:`chain_emotion_prior`) where the config asks for them, the block on repeated
-        sentences, the reply's repetition control, then sampling (by the rows' ``keys``,
-        :func:`~empatheia.logits_processors.prompt_keys`)."""
+        sentences, the reply's repetition control, then sampling (each row drawing by its
+        prompt's key, :func:`~empatheia.logits_processors.prompt_keys`, so a dialogue draws
+        alike in any batch)."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
         lm = self.config.language_model
@@ -753,6 +753,7 @@ class Empatheia(nn.Module, Responder):
                 processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
                                                          decoding.repetition_penalty, protected=stops))
         if decoding.do_sample:
+            keys = None if prompts is None else prompt_keys([p.input_ids.tolist() for p in prompts])
             processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed,
                                              reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode),
                                              keys=keys))

@@ -595,9 +595,9 @@ def test_the_shipped_weights_end_a_chain_step_that_loops_inside_a_sentence(small
     step, and the chain names its emotion and reaches the reply."""
     dialogues = _ed_dialogues(tmp_path, ["hit:10984_conv:21969/1", "hit:11928_conv:23856/1"])
     looping = small_model.respond(dialogues, no_repeat_ngram_size=0)
-    for answer in looping:
+    for answer, loop in zip(looping, ("tom tom tom tom", "I am so sad, I am so sad")):
         assert not answer.chain.parsed and answer.chain.speaker_emotion is None, answer.generated_text
-        assert "tom tom tom tom" in answer.text or "I am so sad, I am so sad" in answer.text
+        assert loop in answer.text, answer.text
     answered = small_model.respond(dialogues)
     for answer in answered:
         assert answer.chain.parsed and answer.chain.speaker_emotion and answer.text, answer.generated_text
