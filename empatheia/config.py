@@ -210,14 +210,15 @@ class LanguageModelConfig:
     word decoding picks, also when sampling
     (:class:`~empatheia.logits_processors.ChainEmotionChoice`)."""
     chain_emotion_reader: Optional[str] = None
-    """A fitted text emotion reader (a folder :class:`~empatheia.variants.readers.TextEmotionReader`
-    saved; ``package:`` paths allowed) whose reading of the speaker's words joins the
-    language model's when the chain's emotion is chosen and reported: the two
-    distributions over ``chain_emotions`` are multiplied, the reader's raised to
-    ``chain_emotion_reader_weight``, and renormalised. Its labels must hold every one of
-    ``chain_emotions``. ``None``: the language model's reading alone."""
+    """A folder of fitted readers of the speaker's words (what
+    :class:`~empatheia.variants.readers.TextEmotionReader` and
+    :class:`~empatheia.variants.readers.SentenceEmotionReader` save; ``package:`` paths
+    allowed) whose reading joins the language model's when the chain's emotion is chosen
+    and reported: the distributions over ``chain_emotions`` are multiplied, the readers'
+    product raised to ``chain_emotion_reader_weight``, and renormalised. Their labels must
+    hold every one of ``chain_emotions``. ``None``: the language model's reading alone."""
     chain_emotion_reader_weight: float = 1.0
-    """The exponent of the reader's distribution in that product (0 leaves it out)."""
+    """The exponent of the readers' product in that product (0 leaves it out)."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model

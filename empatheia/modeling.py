@@ -45,7 +45,7 @@ from .prompts import PromptMode, parse_chain
 from .responding import Responder
 from .response import EmpatheticResponse, LabelPrediction
 from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
-from .variants.readers import TextEmotionReader
+from .variants.readers import load_text_readers, text_log_probabilities
 
 CONFIG_NAME = "config.yaml"
 TOKENIZER_DIR = "tokenizer"
@@ -696,22 +696,23 @@ class Empatheia(nn.Module, Responder):
         """``(B, K)`` the reading of ``language_model.chain_emotion_reader`` for each
         dialogue, as log-probabilities over ``language_model.chain_emotions`` times
         ``chain_emotion_reader_weight``: added to the language model's log-probabilities of
-        the labels where the chain's emotion is chosen and reported, it multiplies the two
-        distributions. The reader reads the speaker's words; a dialogue where the speaker
-        said nothing gets zeros (the language model's reading alone). ``None`` without a
-        reader or at weight 0.
+        the labels where the chain's emotion is chosen and reported, it multiplies the
+        distributions. The readers (every one the folder holds, their distributions
+        multiplied) read the speaker's words; a dialogue where the speaker said nothing
+        gets zeros (the language model's reading alone). ``None`` without a reader or at
+        weight 0.
 
-        Why a second reader: on held-out EmpatheticDialogues the language model and a
-        bag-of-words reader of the same training split err on different dialogues, and
-        their product is right more often than either (docs/small_preset.md)."""
+        Why more readers: on held-out EmpatheticDialogues the language model and readers
+        fitted on the same training split err on different dialogues, and their product
+        is right more often than any of them (docs/small_preset.md)."""
         lm = self.config.language_model
         if not lm.chain_emotion_reader or not lm.chain_emotions or lm.chain_emotion_reader_weight == 0:
             return None
         if self._chain_emotion_reader is None or self._chain_emotion_reader[0] != lm.chain_emotion_reader:
             path = resolve_pretrained(lm.chain_emotion_reader)
-            self._chain_emotion_reader = (lm.chain_emotion_reader, TextEmotionReader.load(path))
+            self._chain_emotion_reader = (lm.chain_emotion_reader, load_text_readers(path))
         try:
-            read = self._chain_emotion_reader[1].log_probabilities(items, lm.chain_emotions)  # (B, K)
+            read = text_log_probabilities(self._chain_emotion_reader[1], items, lm.chain_emotions)  # (B, K)
         except ValueError as error:
             raise ValueError(f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: {error}") from None
         return (read * lm.chain_emotion_reader_weight).to(self.device)

@@ -629,12 +629,13 @@ def test_the_shipped_chain_names_a_label_where_greedy_wrote_another_word(small_m
 
 
 @torch.no_grad()
-def test_the_shipped_chain_reads_the_emotion_with_the_text_reader(small_model, tmp_path):
+def test_the_shipped_chain_reads_the_emotion_with_the_text_readers(small_model, tmp_path):
     """Two held-out dialogues (a dog that died, a mother's cancer) whose chain the core alone
-    reads as devastated and terrified; fused with the shipped text reader it names the gold
-    labels, sad and devastated. The event step before the choice is unchanged, and the
-    reported distribution is the core's times the reader's, renormalised."""
-    from empatheia.variants.readers import TextEmotionReader, small_readers_folder, speaker_text
+    reads as devastated and terrified; fused with the shipped readers of the speaker's words
+    (bag-of-words and sentence) it names the gold labels, sad and devastated. The event step
+    before the choice is unchanged, and the reported distribution is the core's times the
+    readers', renormalised."""
+    from empatheia.variants.readers import load_text_readers, small_readers_folder, speaker_text
 
     wanted = {"hit:3810_conv:7621/1": ("devastated", "sad"), "hit:4165_conv:8331/1": ("terrified", "devastated")}
     dialogues = _ed_dialogues(tmp_path, list(wanted))
@@ -647,15 +648,16 @@ def test_the_shipped_chain_reads_the_emotion_with_the_text_reader(small_model, t
     finally:
         settings.chain_emotion_reader_weight = 1.0
     fused = small_model.respond(dialogues)
-    reader = TextEmotionReader.load(small_readers_folder())
+    readers = load_text_readers(small_readers_folder())
+    assert [reader.name for reader in readers] == ["text", "sentence"]
     for dialogue, before, after in zip(dialogues, alone, fused):
         core_label, gold = wanted[dialogue.id]
         assert before.chain.speaker_emotion == before.chain_emotion.label == core_label
         assert after.chain.speaker_emotion == after.chain_emotion.label == gold
         assert after.chain.event_scenario == before.chain.event_scenario
-        read = reader.read_fine(dialogue)
-        assert read is not None and speaker_text(dialogue)
-        product = {label: p * read[label] for label, p in before.chain_emotion.probabilities.items()}
+        assert speaker_text(dialogue)
+        reads = [reader.read_fine(dialogue) for reader in readers]
+        product = {label: p * reads[0][label] * reads[1][label] for label, p in before.chain_emotion.probabilities.items()}
         total = sum(product.values())
         for label, p in after.chain_emotion.probabilities.items():
             assert p == pytest.approx(product[label] / total, abs=2e-3), label

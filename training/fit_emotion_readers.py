@@ -1,15 +1,24 @@
-"""Fit the E3RG variant's text and prosody emotion readers, and score all three readers.
+"""Fit the emotion readers (the E3RG variant's voters and the readers of the speaker's
+words that ``small``'s chain is fused with), and score them.
 
     python -m empatheia.recipes.fit_emotion_readers --ed-train runs/small/ed/train.jsonl \
         --ed-eval runs/small/ed/eval.jsonl --rendered runs/rendered/train.jsonl \
         --speech-clips ../shared/data/media/speech --faces ../shared/data/media/mead_faces/video \
         --out empatheia/weights/small/emotion_readers --json docs/variants/emotion_readers.json
 
+``--readers text sentence`` fits only the two readers of words (they need neither media
+nor renderings).
+
 * Text (:class:`~empatheia.variants.readers.TextEmotionReader`): the bag-of-words
   classifier fitted on the ED training split's examples (the speaker turns so far as text,
   the conversation's ED label), scored on the held-out split over the 32 labels and, folded,
   over the 7 classes. Saved with half-precision weights when that changes no held-out
   prediction, else in float32.
+* Sentence (:class:`~empatheia.variants.readers.SentenceEmotionReader`): a logistic
+  regression over the packaged MiniLM's embedding of the same texts, its L2 weight chosen
+  by a 5-fold cross-validation grouped by conversation on the training split alone (the
+  same folds report the bag-of-words reader and the two readers' product); then scored on
+  the held-out split, alone and with the bag-of-words reader. Saved in half precision.
 * Prosody (:class:`~empatheia.variants.readers.ProsodyEmotionReader`): fitted on every
   speaker utterance of a rendered (AvaMERG-style) set, labelled with its conversation's
   folded emotion, except the conversations whose id hashes into a fixed 20 % slice
@@ -39,6 +48,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from empatheia.data import read_dataset
 from empatheia.labels import EMOTION_LABELS, fold_emotion, normalize_label
@@ -46,12 +56,14 @@ from empatheia.media import load_audio
 from empatheia.variants.readers import (
     FaceEmotionReader,
     ProsodyEmotionReader,
+    SentenceEmotionReader,
     TextEmotionReader,
     prosody_features,
     speaker_text,
 )
 
 HELD_OUT_SHARE = 0.2
+READERS = ("text", "sentence", "prosody", "face")
 SAMPLE_RATE = 16000
 
 
@@ -109,6 +121,119 @@ def fit_text(train_path: Path, eval_path: Path, out: Path) -> dict:
         "majority_32": _majority(gold_fine),
         "accuracy_7": _accuracy(coarse, gold_coarse),
         "majority_7": _majority(gold_coarse),
+    }
+
+
+# ---------------------------------------------------------------------- sentence
+SENTENCE_L2_GRID = (3e-5, 1e-4, 3e-4, 1e-3)
+CV_FOLDS = 5
+
+
+def cv_fold(conversation_id: str, folds: int = CV_FOLDS) -> int:
+    """The cross-validation fold of a conversation (a hash, so all its examples, which
+    share the speaker's turns, fall in one fold)."""
+    digest = hashlib.sha256(f"text-readers-cv:{conversation_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % folds
+
+
+def situations(dialogues) -> Tuple[List[str], List[str], List[str]]:
+    """``(conversation ids, texts, labels)``: each conversation's situation (ED's
+    ``prompt``, the speaker's own account of what happened, :attr:`Dialogue.context`) once,
+    with its label; conversations without one are left out."""
+    seen: Dict[str, Tuple[str, str]] = {}
+    for dialogue in dialogues:
+        conversation = (dialogue.id or "").rsplit("/", 1)[0]
+        if dialogue.context and dialogue.context.strip():
+            seen.setdefault(conversation, (dialogue.context.strip(), normalize_label(dialogue.emotion)))
+    return list(seen), [text for text, _ in seen.values()], [label for _, label in seen.values()]
+
+
+def fit_sentence(train_path: Path, eval_path: Path, out: Path, grid: Sequence[float] = SENTENCE_L2_GRID) -> dict:
+    """Fit the sentence reader on the training split with the settings that read best in
+    a 5-fold cross-validation grouped by conversation, on the training split alone: the
+    L2 weight, and whether ED's situations join the speaker turns as training texts
+    (scored on speaker turns only, what the reader reads in use). The same folds score the
+    bag-of-words reader and the two readers' product, which is what the chain's emotion is
+    fused with. The held-out split is only scored."""
+    train, test = read_dataset(train_path), read_dataset(eval_path)
+    texts = [speaker_text(d) for d in train]
+    labels = [normalize_label(d.emotion) for d in train]
+    names = sorted(set(labels))
+    folds = torch.tensor([cv_fold((d.id or "").rsplit("/", 1)[0]) for d in train])
+    told, told_texts, told_labels = situations(train)
+    told_folds = torch.tensor([cv_fold(conversation) for conversation in told])
+    start = time.perf_counter()
+    probe = SentenceEmotionReader(torch.zeros(1, len(names)), names)
+    embeddings, told_embeddings = probe.embed(texts), probe.embed(told_texts)
+    embed_seconds = time.perf_counter() - start
+
+    settings = [(l2, with_situations) for with_situations in (False, True) for l2 in grid]
+    sentence_scores = {key: torch.zeros(len(train), len(names)) for key in settings}  # (N, C) log-probabilities
+    bow_scores = torch.zeros(len(train), len(names))
+    for fold in tqdm(range(CV_FOLDS), desc="cross-validation", unit="fold"):
+        held, kept, told_kept = folds == fold, folds != fold, told_folds != fold
+        kept_texts = [t for t, k in zip(texts, kept.tolist()) if k]
+        kept_labels = [label for label, k in zip(labels, kept.tolist()) if k]
+        if sorted(set(kept_labels)) != names:
+            raise SystemExit(f"{train_path}: a cross-validation fold lacks a label; the split is too small")
+        bow = TextEmotionReader.fit(kept_texts, kept_labels)
+        bow_scores[held] = bow.fine_probabilities([t for t, h in zip(texts, held.tolist()) if h]).clamp_min(1e-12).log()
+        extra_texts = [t for t, k in zip(told_texts, told_kept.tolist()) if k]
+        extra_labels = [label for label, k in zip(told_labels, told_kept.tolist()) if k]
+        for l2, with_situations in settings:
+            if with_situations:
+                reader = SentenceEmotionReader.fit(kept_texts + extra_texts, kept_labels + extra_labels,
+                                                   embeddings=torch.cat([embeddings[kept], told_embeddings[told_kept]]),
+                                                   l2=l2)
+            else:
+                reader = SentenceEmotionReader.fit(kept_texts, kept_labels, embeddings=embeddings[kept], l2=l2)
+            scores = reader.probabilities_of_embeddings(embeddings[held]).clamp_min(1e-12).log()
+            sentence_scores[(l2, with_situations)][held] = scores
+
+    def accuracies(scores: torch.Tensor) -> Dict[str, float]:
+        chosen = scores.argmax(1).tolist()
+        return {"accuracy_32": _accuracy([names[i] for i in chosen], labels),
+                "accuracy_7": _accuracy([fold_emotion(names[i]) for i in chosen], [fold_emotion(g) for g in labels])}
+
+    def named(key) -> str:
+        return f"l2 {key[0]:g}" + (", with situations" if key[1] else "")
+
+    cross_validation = {"folds": CV_FOLDS, "bag_of_words": accuracies(bow_scores),
+                        "sentence": {named(key): accuracies(scores) for key, scores in sentence_scores.items()}}
+    best = max(settings, key=lambda key: (cross_validation["sentence"][named(key)]["accuracy_32"], -key[0]))
+    cross_validation["chosen"] = named(best)
+    cross_validation["product"] = accuracies(bow_scores + sentence_scores[best])
+
+    l2, with_situations = best
+    fit_texts, fit_labels, fit_embeddings = texts, labels, embeddings
+    if with_situations:
+        fit_texts, fit_labels = texts + told_texts, labels + told_labels
+        fit_embeddings = torch.cat([embeddings, told_embeddings])
+    reader = SentenceEmotionReader.fit(fit_texts, fit_labels, embeddings=fit_embeddings, l2=l2)
+    reader.save(out, torch.float16)
+    reader = SentenceEmotionReader.load(out)  # score what ships: the half-precision weights
+    test_texts = [speaker_text(d) for d in test]
+    test_gold = [normalize_label(d.emotion) for d in test]
+    fine = reader.fine_probabilities(test_texts)
+    chosen = [reader.labels[i] for i in fine.argmax(1).tolist()]
+    both = fine.clamp_min(1e-12).log()
+    if (out / TextEmotionReader.FILES[1]).is_file():
+        bow = TextEmotionReader.load(out)
+        columns = [bow.labels.index(name) for name in reader.labels]
+        both = both + bow.fine_probabilities(test_texts)[:, columns].clamp_min(1e-12).log()
+    together = [reader.labels[i] for i in both.argmax(1).tolist()]
+    return {
+        "train_examples": len(train),
+        "situations": len(told),
+        "fitted_on": len(fit_texts),
+        "eval_examples": len(test),
+        "encoder": reader.encoder,
+        "embed_seconds": round(embed_seconds, 1),
+        "cross_validation": cross_validation,
+        "accuracy_32": _accuracy(chosen, test_gold),
+        "accuracy_7": _accuracy([fold_emotion(c) for c in chosen], [fold_emotion(g) for g in test_gold]),
+        "with_bag_of_words_accuracy_32": _accuracy(together, test_gold),
+        "with_bag_of_words_accuracy_7": _accuracy([fold_emotion(c) for c in together], [fold_emotion(g) for g in test_gold]),
     }
 
 
@@ -205,24 +330,37 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed-train", type=Path, required=True, help="ED conversations JSONL to fit the text reader on")
     parser.add_argument("--ed-eval", type=Path, required=True, help="held-out ED conversations JSONL")
-    parser.add_argument("--rendered", type=Path, required=True, help="rendered AvaMERG-style JSONL (speaker audio)")
-    parser.add_argument("--speech-clips", type=Path, required=True, help="folder of <emotion>[N].wav clips")
-    parser.add_argument("--faces", type=Path, required=True, help="folder of MEAD-style .mp4 clips")
+    parser.add_argument("--rendered", type=Path, help="rendered AvaMERG-style JSONL (speaker audio); for prosody")
+    parser.add_argument("--speech-clips", type=Path, help="folder of <emotion>[N].wav clips; for prosody")
+    parser.add_argument("--faces", type=Path, help="folder of MEAD-style .mp4 clips; for face")
     parser.add_argument("--out", type=Path, required=True, help="folder the fitted readers are written into")
+    parser.add_argument("--readers", nargs="+", choices=READERS, default=list(READERS),
+                        help="which readers to fit or score (default: all)")
     parser.add_argument("--json", type=Path, help="also write the printed JSON here")
     parser.add_argument("--face-frames", type=int, default=16)
     args = parser.parse_args(argv)
-    for path in (args.ed_train, args.ed_eval, args.rendered):
+    needs = {"prosody": ("--rendered", "--speech-clips"), "face": ("--faces",)}
+    for reader in args.readers:
+        for option in needs.get(reader, ()):
+            if getattr(args, option[2:].replace("-", "_")) is None:
+                parser.error(f"--readers {reader} needs {option}")
+    files = [args.ed_train, args.ed_eval] + ([args.rendered] if "prosody" in args.readers else [])
+    folders = ([args.speech_clips] if "prosody" in args.readers else []) + ([args.faces] if "face" in args.readers else [])
+    for path in files:
         if not path.is_file():
             raise SystemExit(f"{path}: no such file")
-    for path in (args.speech_clips, args.faces):
+    for path in folders:
         if not path.is_dir():
             raise SystemExit(f"{path}: no such folder")
-    report = {
-        "text": fit_text(args.ed_train, args.ed_eval, args.out),
-        "prosody": fit_prosody(args.rendered, args.speech_clips, args.out),
-        "face": score_faces(args.faces, max_frames=args.face_frames),
-    }
+    report = {}
+    if "text" in args.readers:
+        report["text"] = fit_text(args.ed_train, args.ed_eval, args.out)
+    if "sentence" in args.readers:
+        report["sentence"] = fit_sentence(args.ed_train, args.ed_eval, args.out)
+    if "prosody" in args.readers:
+        report["prosody"] = fit_prosody(args.rendered, args.speech_clips, args.out)
+    if "face" in args.readers:
+        report["face"] = score_faces(args.faces, max_frames=args.face_frames)
     report["shipped_bytes"] = sum(p.stat().st_size for p in args.out.iterdir() if p.is_file())
     text = json.dumps(report, indent=1)
     print(text)

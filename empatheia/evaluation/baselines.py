@@ -22,6 +22,25 @@ def dialogue_text(dialogue) -> str:
     return " ".join(turn.text for turn in dialogue.turns)
 
 
+def fit_softmax_regression(x: torch.Tensor, y: torch.Tensor, classes: int, l2: float,
+                           max_iterations: int) -> torch.Tensor:
+    """Multinomial logistic regression by full-batch L-BFGS: ``x`` ``(N, D + 1)`` rows
+    whose last column is the bias's 1, ``y`` ``(N,)`` class indices; returns the weights
+    ``(D + 1, classes)`` minimising the mean cross-entropy plus ``l2`` times the squared
+    norm of every row but the bias's."""
+    weights = torch.zeros(x.shape[1], classes, requires_grad=True)
+    optimizer = torch.optim.LBFGS([weights], max_iter=max_iterations, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x @ weights, y) + l2 * weights[:-1].pow(2).sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    return weights.detach()
+
+
 @dataclass
 class BagOfWordsEmotion:
     """Fit on texts and labels; ``predict`` returns labels.
@@ -72,19 +91,8 @@ class BagOfWordsEmotion:
         self._idf = torch.tensor([math.log((1 + n) / (1 + document_counts[g])) + 1.0 for g in kept])
         self.labels = sorted(set(labels))
         index = {label: i for i, label in enumerate(self.labels)}
-        x = self._features(texts)
         y = torch.tensor([index[label] for label in labels])
-        weights = torch.zeros(x.shape[1], len(self.labels), requires_grad=True)
-        optimizer = torch.optim.LBFGS([weights], max_iter=self.max_iterations, line_search_fn="strong_wolfe")
-
-        def closure():
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(x @ weights, y) + self.l2 * weights[:-1].pow(2).sum()
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
-        self._weights = weights.detach()
+        self._weights = fit_softmax_regression(self._features(texts), y, len(self.labels), self.l2, self.max_iterations)
         return self
 
     def _scores(self, texts: Sequence[str]) -> torch.Tensor:
