@@ -17,6 +17,11 @@ present) or ``None`` when the dialogue has nothing for it to read:
 * :class:`ProsodyEmotionReader` -- a multinomial logistic regression over a few prosody
   measures (:mod:`empatheia.generators.prosody`) of the last speaker audio.
 
+:class:`SentenceEmotionReader` reads the speaker's words too, by a logistic regression
+over a sentence encoder's embedding; it is not a voter here, but ``small``'s chain fuses its
+emotion with both readers of words (:func:`load_text_readers`,
+``language_model.chain_emotion_reader``).
+
 :func:`load_small_readers` loads the three with the fitted weights the ``small`` preset
 ships (``training/fit_emotion_readers.py`` writes them).
 """
