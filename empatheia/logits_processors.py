@@ -362,50 +362,6 @@ class ChainStepNgramBlock(LogitsProcessor):
         return scores.masked_fill(banned & in_chain[:, None], float("-inf"))
 
 
-class ReplyMinimumLength(LogitsProcessor):
-    """A reply of at least ``min_tokens`` tokens.
-
-    Greedy decoding ends most replies after one stock sentence ("I'm so sorry to hear
-    that."), which many dialogues then share. Until a row's reply (after the first of
-    ``markers``) holds ``min_tokens`` tokens, the ``stops`` (the end of text, the first
-    signal token) and the tokens holding a line break (``line_end``, which end the reply's
-    line) get a score of ``-inf``, so the model goes on to what it would say next. Rows
-    that have not reached the reply pass unchanged.
-
-    Args:
-        markers: token id sequences that end the text before the reply.
-        min_tokens: ``k`` > 0.
-        line_end: ``(V,)`` True for token ids that hold a line break.
-        stops: token ids that end the answer.
-    """
-
-    def __init__(self, markers: Sequence[Sequence[int]], min_tokens: int, line_end: torch.Tensor,
-                 stops: Sequence[int] = ()):
-        if min_tokens <= 0:
-            raise ValueError(f"min_tokens must be > 0, got {min_tokens}")
-        self.markers = _marker_tensors(markers)
-        self.min_tokens = int(min_tokens)
-        self.line_end = line_end.bool()
-        self.stops = torch.as_tensor(sorted(set(int(i) for i in stops)), dtype=torch.long)
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        rows, length = input_ids.shape
-        start = torch.full((rows,), length + 1, dtype=torch.long, device=input_ids.device)  # past the end: no reply
-        for marker in self.markers:
-            end, found = marker_ends(input_ids, marker)
-            start = torch.minimum(start, torch.where(found, end, length + 1))
-        written = length - start  # (B,) reply tokens so far; -1 where the lead-in is not written
-        short = (written >= 0) & (written < self.min_tokens)
-        if not bool(short.any()):
-            return scores
-        vocab = scores.shape[-1]
-        ending = torch.zeros(vocab, dtype=torch.bool, device=scores.device)
-        width = min(vocab, self.line_end.numel())
-        ending[:width] = self.line_end[:width].to(scores.device)
-        ending[self.stops.to(scores.device)] = True
-        return scores.masked_fill(short[:, None] & ending, float("-inf"))
-
-
 def token_texts(tokenizer: Any, count: int) -> List[str]:
     """The text of each of the first ``count`` token ids, decoded alone.
 
