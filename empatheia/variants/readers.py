@@ -559,17 +559,7 @@ class ProsodyEmotionReader:
         reader = cls(mean, std, torch.zeros(len(features) + 1, len(present)), present, features, l2)
         z = reader._design(x)
         y = torch.tensor([present.index(c) for c in classes])
-        weights = torch.zeros(z.shape[1], len(present), requires_grad=True)
-        optimizer = torch.optim.LBFGS([weights], max_iter=max_iterations, line_search_fn="strong_wolfe")
-
-        def closure():
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(z @ weights, y) + l2 * weights[:-1].pow(2).sum()
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
-        reader.weights = weights.detach()
+        reader.weights = fit_softmax_regression(z, y, len(present), l2, max_iterations)
         return reader
 
     def _design(self, rows: torch.Tensor) -> torch.Tensor:
