@@ -7,7 +7,8 @@ repeated sentences, per setting, on the first examples of a held-out file.
 Loads the preset (``small`` by default) once and answers the first ``--limit`` examples of
 ``--data`` (any file ``empatheia eval`` reads) under each setting of ``--settings``
 (default: all of :data:`SETTINGS`): greedy; greedy with n-grams of 2, 3 or 4 tokens never
-repeated (in the reply, and within each step of the chain); greedy with a repetition penalty of 1.1, 1.2 or 1.3; and sampling at
+repeated (in the reply, and within each step of the chain); greedy with a repetition penalty of 1.1, 1.2 or 1.3; greedy
+with the penalty on generic openings at 0.3 and 0.5 (with the 3-gram and sentence blocks); and sampling at
 two temperatures and top-p values with a fixed seed. Every setting states its repetition
 control, so the model config's defaults do not enter. The scores are the library's own
 (:mod:`empatheia.evaluation.text`): Dist-1 and Dist-2, BLEU-1/2/4 against the gold replies,
@@ -32,7 +33,8 @@ from empatheia.decoding import Decoding  # noqa: E402
 from empatheia.prompts import chain_is_complete  # noqa: E402
 
 SEED = 0
-_OFF = {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "block_repeated_sentences": False}
+_OFF = {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "block_repeated_sentences": False,
+        "generic_reply_penalty": 0.0}
 _CONTROLLED = {"no_repeat_ngram_size": 3, "block_repeated_sentences": True}
 
 
@@ -51,6 +53,8 @@ SETTINGS: Dict[str, Decoding] = {
     "penalty_1.3": Decoding(**dict(_OFF, repetition_penalty=1.3)),
     "sentences": Decoding(**dict(_OFF, block_repeated_sentences=True)),
     "no_repeat_3_sentences": Decoding(**dict(_OFF, **_CONTROLLED)),
+    "generic_0.3_no_repeat_3_sentences": Decoding(**dict(_OFF, **_CONTROLLED, generic_reply_penalty=0.3)),
+    "generic_0.5_no_repeat_3_sentences": Decoding(**dict(_OFF, **_CONTROLLED, generic_reply_penalty=0.5)),
     "sample_t0.7_p0.9": _sample(0.7, 0.9),
     "sample_t1.0_p0.95": _sample(1.0, 0.95),
     "sample_t0.7_p0.9_no_repeat_3_sentences": _sample(0.7, 0.9, **_CONTROLLED),

@@ -198,6 +198,13 @@ class LanguageModelConfig:
     """Default of ``respond``'s ``block_repeated_sentences``: neither the reply nor a step
     of the chain may say one sentence twice, white space and punctuation aside
     (:class:`~empatheia.logits_processors.SentenceRepetitionBlock`)."""
+    generic_reply_penalty: float = 0.0
+    """Default of ``respond``'s ``generic_reply_penalty``: ``lambda`` of the
+    mutual-information objective on the reply's first ``generic_reply_tokens`` tokens,
+    which subtracts ``lambda`` times a token's log-probability after a prompt without the
+    dialogue (:class:`~empatheia.logits_processors.GenericReplyPenalty`); 0 is off."""
+    generic_reply_tokens: int = 4
+    """How many of the reply's first tokens ``generic_reply_penalty`` reaches."""
     chain_emotions: Optional[List[str]] = None
     """The labels the Chain of Empathy's emotion step was trained to write (e.g.
     EmpatheticDialogues' 32). When set, ``respond`` reports their probabilities at that
@@ -234,8 +241,13 @@ class LanguageModelConfig:
             check_no_repeat_ngram_size(self.no_repeat_ngram_size)
             check_repetition_penalty(self.repetition_penalty)
             check_sampling(self.temperature, self.top_p, self.seed)
+            check_generic_reply_penalty(self.generic_reply_penalty)
         except ValueError as error:
             raise ValueError(f"language_model.{error}") from None
+        if isinstance(self.generic_reply_tokens, bool) or not isinstance(self.generic_reply_tokens, int) \
+                or self.generic_reply_tokens < 1:
+            raise ValueError(f"language_model.generic_reply_tokens must be a whole number of at least 1, "
+                             f"got {self.generic_reply_tokens!r}")
         if not self.chain_emotion_reader_weight >= 0:
             raise ValueError("language_model.chain_emotion_reader_weight must be 0 or more, "
                              f"got {self.chain_emotion_reader_weight}")
@@ -267,6 +279,12 @@ def check_no_repeat_ngram_size(value: Any) -> None:
     :class:`~empatheia.decoding.Decoding` checks too)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"no_repeat_ngram_size must be a whole number >= 0 (0: off), got {value!r}")
+
+
+def check_generic_reply_penalty(value: Any) -> None:
+    """A ``ValueError`` unless ``value`` is a finite number, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"generic_reply_penalty must be a number, 0 (off) or more, got {value!r}")
 
 
 def check_repetition_penalty(value: Any) -> None:

@@ -24,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from .config import check_no_repeat_ngram_size, check_repetition_penalty, check_sampling
+from .config import check_generic_reply_penalty, check_no_repeat_ngram_size, check_repetition_penalty, check_sampling
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,10 @@ class Decoding:
     the negative ones by ``p`` (CTRL's penalty; > 1 discourages, 1 is off);
     ``block_repeated_sentences`` keeps the reply, and each step of the chain, from closing
     a sentence it already said (n-gram blocking misses short ones: "Congratulations!
-    Congratulations!")."""
+    Congratulations!"); ``generic_reply_penalty`` ``lambda`` > 0 chooses the reply's first
+    tokens by their log-probability given the dialogue minus ``lambda`` times that given no
+    dialogue, so that openings the model would write to anyone give way to ones it writes
+    to this speaker (:class:`~empatheia.logits_processors.GenericReplyPenalty`)."""
 
     do_sample: Optional[bool] = None
     temperature: Optional[float] = None
@@ -57,6 +60,7 @@ class Decoding:
     repetition_penalty: Optional[float] = None
     block_repeated_sentences: Optional[bool] = None
     sample_chain: Optional[bool] = None
+    generic_reply_penalty: Optional[float] = None
 
     def __post_init__(self):
         check_sampling(self.temperature, self.top_p, self.seed)
@@ -64,6 +68,8 @@ class Decoding:
             check_no_repeat_ngram_size(self.no_repeat_ngram_size)
         if self.repetition_penalty is not None:
             check_repetition_penalty(self.repetition_penalty)
+        if self.generic_reply_penalty is not None:
+            check_generic_reply_penalty(self.generic_reply_penalty)
         for name in ("do_sample", "block_repeated_sentences", "sample_chain"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
@@ -98,11 +104,13 @@ class Decoding:
         out.update(no_repeat_ngram_size=self.no_repeat_ngram_size,
                    repetition_penalty=None if penalty is None else float(penalty),
                    block_repeated_sentences=self.block_repeated_sentences)
+        generic = self.generic_reply_penalty
+        out["generic_reply_penalty"] = None if generic is None else float(generic)
         return out
 
 
 GREEDY_RECORD: Dict[str, Any] = {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
-                                 "block_repeated_sentences": False}
+                                 "block_repeated_sentences": False, "generic_reply_penalty": 0.0}
 """:meth:`Decoding.record` of plain greedy decoding, what every run made before the
 settings existed used."""
 
@@ -141,6 +149,10 @@ def add_decoding_arguments(parser) -> None:
     parser.add_argument("--repetition-penalty", type=float, default=None, metavar="X",
                         help="divide the scores of tokens the reply already holds by X (> 1 discourages repeats; 1 is "
                              "off; default: language_model.repetition_penalty)")
+    parser.add_argument("--generic-penalty", dest="generic_reply_penalty", type=float, default=None, metavar="X",
+                        help="choose the reply's first tokens by their log-probability given the dialogue minus X "
+                             "times that given none, against answers that fit anyone; 0 is off (default: "
+                             "language_model.generic_reply_penalty)")
     sentences = parser.add_mutually_exclusive_group()
     sentences.add_argument("--block-repeated-sentences", dest="block_repeated_sentences", action="store_const",
                            const=True, default=None,
@@ -154,7 +166,8 @@ def decoding_given(args: argparse.Namespace) -> list:
     """The decoding flags given on the command line (``["--sample", "--seed"]``)."""
     mode = getattr(args, "decoding_mode", None)
     given = [_MODE_FLAGS[mode]] if mode else []
-    names = _SAMPLING_FLAGS + (("no_repeat_ngram", "--no-repeat-ngram"), ("repetition_penalty", "--repetition-penalty"))
+    names = _SAMPLING_FLAGS + (("no_repeat_ngram", "--no-repeat-ngram"), ("repetition_penalty", "--repetition-penalty"),
+                               ("generic_reply_penalty", "--generic-penalty"))
     given += [flag for name, flag in names if getattr(args, name, None) is not None]
     block = getattr(args, "block_repeated_sentences", None)
     if block is not None:
@@ -181,8 +194,10 @@ def decoding_from_args(args: argparse.Namespace) -> Decoding:
         "no_repeat_ngram_size": args.no_repeat_ngram,
         "repetition_penalty": args.repetition_penalty,
         "block_repeated_sentences": getattr(args, "block_repeated_sentences", None),
+        "generic_reply_penalty": getattr(args, "generic_reply_penalty", None),
     }
-    flags = dict(_SAMPLING_FLAGS, no_repeat_ngram_size="--no-repeat-ngram", repetition_penalty="--repetition-penalty")
+    flags = dict(_SAMPLING_FLAGS, no_repeat_ngram_size="--no-repeat-ngram", repetition_penalty="--repetition-penalty",
+                 generic_reply_penalty="--generic-penalty")
     for name, value in values.items():
         if name not in flags or value is None:
             continue

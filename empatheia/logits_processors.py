@@ -12,6 +12,7 @@ its left padding never enter them.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import secrets
 from typing import Any, List, Optional, Sequence
@@ -561,3 +562,71 @@ def _token_set(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     slot. Every duplicate writes the same True, so the result is deterministic."""
     found = torch.zeros(ids.shape[0], vocab + 1, dtype=torch.bool, device=ids.device)
     return found.scatter_(1, ids, True)[:, :vocab]
+
+
+
+class GenericReplyPenalty(LogitsProcessor):
+    """Mutual-information decoding of the reply's first tokens: each candidate's
+    log-probability given the dialogue minus ``weight`` times its log-probability given no
+    dialogue at all, so that what the model would say to anyone ("I'm so sorry to hear
+    that.") loses to what it says to this speaker.
+
+    This is the anti-language-model objective of Li et al. (2016, "A diversity-promoting
+    objective function for neural conversation models"), log p(T|S) - lambda log p(T),
+    with the penalty on the first ``tokens`` tokens of the reply only: that is where an
+    answer becomes generic, and where the penalty does not yet cost grammar. Only tokens
+    whose probability given the dialogue is at least ``plausibility`` times the best one's
+    compete (the plausibility constraint of contrastive decoding, Li et al., 2023), so a
+    token is never chosen for being rare everywhere. ``protected`` tokens (the end of text,
+    the signal tokens) keep their score given the dialogue: an empty reply is never
+    rewarded for being unlikely without one.
+
+    Args:
+        context_free: called with the reply tokens written so far ``(n, w)`` (right-padded)
+            and their counts ``(n,)``, returns the next token's log-probabilities given no
+            dialogue ``(n, V')``, ``V' >= V`` (:class:`~empatheia.modeling.ContextFreeScorer`).
+        markers: token id sequences that end the text before the reply.
+        weight: ``lambda`` > 0.
+        tokens: how many of the reply's first tokens are chosen this way.
+        plausibility: ``alpha`` in (0, 1].
+        protected: token ids left alone.
+    """
+
+    def __init__(self, context_free: Any, markers: Sequence[Sequence[int]], weight: float, tokens: int,
+                 plausibility: float = 0.1, protected: Sequence[int] = ()):
+        if not weight > 0 or tokens < 1 or not 0 < plausibility <= 1:
+            raise ValueError(f"GenericReplyPenalty needs weight > 0, tokens >= 1 and plausibility in (0, 1], "
+                             f"got {weight}, {tokens}, {plausibility}")
+        self.context_free = context_free
+        self.markers = _marker_tensors(markers)
+        self.weight = float(weight)
+        self.tokens = int(tokens)
+        self.log_plausibility = math.log(plausibility)
+        self.protected = torch.as_tensor(sorted(set(int(i) for i in protected)), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, length = input_ids.shape
+        device = input_ids.device
+        # reply_starts cannot tell "no marker yet" from "marker just written" (both T).
+        start = torch.full((rows,), length + 1, dtype=torch.long, device=device)
+        for marker in self.markers:
+            end, found = marker_ends(input_ids, marker)
+            start = torch.minimum(start, torch.where(found, end, length + 1))
+        written = length - start  # (B,) reply tokens so far; negative before the reply
+        active = ((written >= 0) & (written < self.tokens)).nonzero().squeeze(1)  # (n,)
+        if active.numel() == 0:
+            return scores
+        count = written[active]  # (n,)
+        offsets = torch.arange(max(int(count.max()), 1), device=device)
+        valid = offsets[None, :] < count[:, None]  # (n, w)
+        positions = (start[active, None] + offsets[None, :]).clamp(max=length - 1)
+        reply = torch.where(valid, input_ids[active[:, None], positions], 0)  # (n, w)
+        free = self.context_free(reply, count)[:, : scores.shape[-1]].float()  # (n, V)
+        given = torch.log_softmax(scores[active].float(), dim=-1)  # (n, V)
+        plausible = given >= given.max(-1, keepdim=True).values + self.log_plausibility
+        mixed = torch.where(plausible, given - self.weight * free, float("-inf"))
+        protected = self.protected.to(device)
+        mixed[:, protected] = given[:, protected]
+        scores = scores.clone()
+        scores[active] = mixed.to(scores.dtype)
+        return scores

@@ -3,6 +3,7 @@ Style Disentangler in one ``nn.Module`` (§4), with the four training stages' lo
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -35,9 +36,10 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl,
-                                SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
-                                fused_label_scores, prompt_keys, reply_markers, sentence_token_classes)
+from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
+                                ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock, chain_lead_ins,
+                                emotion_step_tokens, fused_label_scores, prompt_keys, reply_markers,
+                                sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
@@ -656,9 +658,14 @@ class Empatheia(nn.Module, Responder):
         prior = self.chain_emotion_prior(items) if mode in (PromptMode.TEXT, PromptMode.FULL) else None
         processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
+        context_free = next((p.context_free for p in processors if isinstance(p, GenericReplyPenalty)), None)
         states: List[torch.Tensor] = []
-        hook = self._hf_model().base_model.register_forward_hook(
-            lambda module, inputs, output: states.append(output[0])) if keep_cache else None
+
+        def record(module, inputs, output):
+            if context_free is None or not context_free.running:
+                states.append(output[0])
+
+        hook = self._hf_model().base_model.register_forward_hook(record) if keep_cache else None
         try:
             output = self.language_model.generate(
                 inputs_embeds=embeddings,
@@ -717,6 +724,16 @@ class Empatheia(nn.Module, Responder):
             raise ValueError(f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: {error}") from None
         return (read * lm.chain_emotion_reader_weight).to(self.device)
 
+    def _context_free_scorer(self, mode: PromptMode) -> Optional[ContextFreeScorer]:
+        """The scorer of what the language model writes after the prompt of layout
+        ``mode`` without a dialogue and the reply's lead-in (the form it takes without a
+        chain); ``None`` for layouts without a reply."""
+        markers = reply_markers(self.tokenizer, mode)
+        if not markers:
+            return None
+        context = torch.cat([self.processor.context_free_prompt_ids(mode), torch.as_tensor(markers[-1])])
+        return ContextFreeScorer(self.language_model, context.to(self.device))
+
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
                              emotion_prior: Optional[torch.Tensor] = None,
                              prompts: Optional[Sequence[EncodedExample]] = None) -> List[LogitsProcessor]:
@@ -724,9 +741,10 @@ class Empatheia(nn.Module, Responder):
         generation in layout ``mode``: the n-gram block within each step of the chain, the
         chain's template and the choice of its emotion (fused with ``emotion_prior``,
         :meth:`chain_emotion_prior`) where the config asks for them, the block on repeated
-        sentences, the reply's repetition control, then sampling (each row drawing by its
-        prompt's key, :func:`~empatheia.logits_processors.prompt_keys`, so a dialogue draws
-        alike in any batch)."""
+        sentences, the reply's repetition control, the penalty on generic openings (scored
+        by :meth:`_context_free_scorer`), then sampling (each row drawing
+        by its prompt's key, :func:`~empatheia.logits_processors.prompt_keys`, so a dialogue
+        draws alike in any batch)."""
         if decoding is not None and not isinstance(decoding, Decoding):
             raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
         lm = self.config.language_model
@@ -753,6 +771,12 @@ class Empatheia(nn.Module, Responder):
             if markers:
                 processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
                                                          decoding.repetition_penalty, protected=stops))
+        context_free = self._context_free_scorer(mode) if decoding.generic_reply_penalty else None
+        if context_free is not None:
+            # After the blocks: only tokens they allow compete for plausibility.
+            processors.append(GenericReplyPenalty(context_free, reply_markers(self.tokenizer, mode),
+                                                  decoding.generic_reply_penalty, lm.generic_reply_tokens,
+                                                  protected=stops))
         if decoding.do_sample:
             keys = None if prompts is None else prompt_keys([p.input_ids.tolist() for p in prompts])
             processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed,
@@ -1074,6 +1098,51 @@ class _FirstLogits(LogitsProcessor):
         if len(self.kept) < self.steps:
             self.kept.append(scores.detach().clone())
         return scores
+
+
+class ContextFreeScorer:
+    """The language model's next-token log-probabilities after a fixed ``context`` (a
+    prompt without a dialogue, then the reply's lead-in) and a few reply tokens, for
+    :class:`~empatheia.logits_processors.GenericReplyPenalty`. The context is encoded once,
+    on the first call, and its cache copied for each later one, so a call costs only the
+    reply tokens it is given.
+
+    ``running`` is True during a call: the hidden states that
+    :meth:`Empatheia.generate_text` records for the generation's cache must not take in
+    this side pass's."""
+
+    def __init__(self, language_model: nn.Module, context: torch.Tensor):
+        self.language_model = language_model
+        self.context = context  # (C,)
+        self.running = False
+        self._encoded = None  # (cache of the context, log-probabilities after it (V,))
+
+    def __call__(self, replies: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """``(n, V)`` from the reply tokens so far ``replies`` ``(n, w)`` (right-padded; row
+        ``i`` holds ``counts[i]`` tokens, 0 or more)."""
+        import copy
+
+        self.running = True
+        try:
+            if self._encoded is None:
+                out = self.language_model(input_ids=self.context[None].to(replies.device), use_cache=True)
+                self._encoded = (out.past_key_values, torch.log_softmax(out.logits[0, -1].float(), dim=-1))
+            cache, after_context = self._encoded
+            result = after_context.expand(len(counts), -1).clone()
+            rows = (counts > 0).nonzero().squeeze(1)
+            if rows.numel():
+                width = int(counts[rows].max())
+                past = copy.deepcopy(cache)
+                past.batch_repeat_interleave(len(rows))
+                reply_mask = (torch.arange(width, device=replies.device)[None, :] < counts[rows, None]).long()
+                mask = torch.cat([reply_mask.new_ones(len(rows), self.context.numel()), reply_mask], dim=1)
+                logits = self.language_model(input_ids=replies[rows, :width], attention_mask=mask,
+                                             past_key_values=past, use_cache=True).logits  # (r, width, V)
+                last = logits[torch.arange(len(rows), device=logits.device), counts[rows] - 1]
+                result[rows] = torch.log_softmax(last.float(), dim=-1)
+            return result
+        finally:
+            self.running = False
 
 
 class _StepCounter(LogitsProcessor):

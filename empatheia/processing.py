@@ -132,7 +132,15 @@ class EmpatheiaProcessor:
 
     # ------------------------------------------------------------------ text
     def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0, notes: Optional[str] = None) -> str:
-        user = user_message(context_lines(dialogue.turns[first_turn:], mode), mode, notes)
+        return self._layout(user_message(context_lines(dialogue.turns[first_turn:], mode), mode, notes), mode)
+
+    def context_free_prompt_ids(self, mode: PromptMode) -> torch.Tensor:
+        """``(C,)`` the prompt of layout ``mode`` with an empty dialogue: the system
+        prompt and the task, no turn. What the language model writes after it is what it
+        would say to anyone (:class:`~empatheia.logits_processors.GenericReplyPenalty`)."""
+        return self._prompt_ids(self._layout(user_message([], mode), mode))
+
+    def _layout(self, user: str, mode: PromptMode) -> str:
         layout = self.config.language_model.prompt_format
         system = system_prompt(mode)
         if layout == "vicuna":

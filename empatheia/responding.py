@@ -71,6 +71,7 @@ class Responder:
         repetition_penalty: Optional[float] = None,
         block_repeated_sentences: Optional[bool] = None,
         sample_chain: Optional[bool] = None,
+        generic_reply_penalty: Optional[float] = None,
     ) -> Union[EmpatheticResponse, List[EmpatheticResponse]]:
         """Answer one dialogue or a batch of them: the text, the Chain of Empathy, the
         emotions and the generator features of each (how, the system's class says).
@@ -82,7 +83,8 @@ class Responder:
         ``no_repeat_ngram_size`` keeps the reply and each step of the chain from repeating
         a run of tokens, ``repetition_penalty`` the reply from reusing its tokens, and
         ``block_repeated_sentences`` the reply and each step of the chain from saying a
-        sentence twice. Each ``None`` is the config's
+        sentence twice; ``generic_reply_penalty`` turns the reply's opening away from what
+        the model would say to anyone. Each ``None`` is the config's
         ``language_model`` value (greedy unless the config samples).
         See :class:`~empatheia.decoding.Decoding`.
 
@@ -99,7 +101,7 @@ class Responder:
         if not items:
             return []
         decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty,
-                            block_repeated_sentences, sample_chain)
+                            block_repeated_sentences, sample_chain, generic_reply_penalty)
         speak = speak or animate
         network = self._network()
         was_training = network.training
@@ -132,6 +134,7 @@ class Responder:
         repetition_penalty: Optional[float] = None,
         block_repeated_sentences: Optional[bool] = None,
         sample_chain: Optional[bool] = None,
+        generic_reply_penalty: Optional[float] = None,
     ) -> Iterator[Tuple[str, EmpatheticResponse]]:
         """Answer one dialogue as :meth:`respond` does, handing the answer over as each
         part becomes ready: ``("text", response)`` with the text, the Chain of
@@ -146,7 +149,7 @@ class Responder:
         the decoding options (greedy by default) as for :meth:`respond`.
         """
         decoding = Decoding(do_sample, temperature, top_p, seed, no_repeat_ngram_size, repetition_penalty,
-                            block_repeated_sentences, sample_chain)
+                            block_repeated_sentences, sample_chain, generic_reply_penalty)
         speak = speak or animate
         network = self._network()
         was_training = network.training

@@ -285,16 +285,18 @@ def test_decoding_settings_check_their_values_and_fill_in_the_config():
     resolved = Decoding(no_repeat_ngram_size=0).resolved(language_model)
     assert (resolved.no_repeat_ngram_size, resolved.repetition_penalty) == (0, 1.2)
     assert resolved.record() == {"do_sample": False, "no_repeat_ngram_size": 0, "repetition_penalty": 1.2,
-                                 "block_repeated_sentences": False}
+                                 "block_repeated_sentences": False, "generic_reply_penalty": 0.0}
     sampled = Decoding(do_sample=True, seed=7, block_repeated_sentences=True).resolved(language_model).record()
     assert sampled == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 7, "no_repeat_ngram_size": 3,
-                       "repetition_penalty": 1.2, "block_repeated_sentences": True, "sample_chain": True}
+                       "repetition_penalty": 1.2, "block_repeated_sentences": True, "sample_chain": True,
+                       "generic_reply_penalty": 0.0}
     # The config's sampling defaults fill in what a call leaves out.
     sampling = EmpatheiaConfig.from_preset("tiny", {"language_model.do_sample": True, "language_model.seed": 4,
                                                     "language_model.sample_chain": False}).language_model
     assert Decoding().resolved(sampling).record() == {
         "do_sample": True, "temperature": 0.7, "top_p": 0.9, "seed": 4, "sample_chain": False,
-        "no_repeat_ngram_size": 3, "repetition_penalty": 1.0, "block_repeated_sentences": False}
+        "no_repeat_ngram_size": 3, "repetition_penalty": 1.0, "block_repeated_sentences": False,
+        "generic_reply_penalty": 0.0}
     assert Decoding(do_sample=False).resolved(sampling).record()["do_sample"] is False
     with pytest.raises(ValueError, match="language_model.top_p"):
         EmpatheiaConfig.from_preset("tiny", {"language_model.top_p": 0})
@@ -460,7 +462,8 @@ def test_eval_records_the_decoding_and_refuses_to_mix_runs(tmp_path, capsys):
             "--block-repeated-sentences"]
     assert main(base) == 0
     recorded = {"do_sample": True, "temperature": 1.2, "top_p": 0.9, "seed": 3, "no_repeat_ngram_size": 3,
-                "repetition_penalty": 1.0, "block_repeated_sentences": True, "sample_chain": True}
+                "repetition_penalty": 1.0, "block_repeated_sentences": True, "sample_chain": True,
+                "generic_reply_penalty": 0.0}
     assert json.loads((out / "run.json").read_text())["decoding"] == recorded
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["run"]["decoding"] == recorded
@@ -682,7 +685,8 @@ def test_decoding_sweep_runs_on_tiny(tmp_path):
         assert {"dist_1", "dist_2", "bleu_1", "bleu_2", "bleu_4", "repeated_sentence_share"} <= set(row)
     assert sweep["settings"][2]["decoding"] == {"do_sample": True, "temperature": 1.0, "top_p": 0.95, "seed": 0,
                                                 "sample_chain": True, "no_repeat_ngram_size": 0,
-                                                "repetition_penalty": 1.0, "block_repeated_sentences": False}
+                                                "repetition_penalty": 1.0, "block_repeated_sentences": False,
+                                                "generic_reply_penalty": 0.0}
 
 
 # ---------------------------------------------------------------------- the chain's template
