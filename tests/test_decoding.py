@@ -553,15 +553,20 @@ def _chain_part(response):
 @torch.no_grad()
 def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_model, tmp_path):
     dialogues = _looping_dialogues(tmp_path)
-    free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0, block_repeated_sentences=False)
+    free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0, block_repeated_sentences=False,
+                               generic_reply_penalty=0.0)
     # Plain greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
     assert repeated_sentences([r.text for r in free])["repeated_sentence_count"] == 3, [r.text for r in free]
     # 3-gram blocking alone ends the loop of three tokens; "Congratulations!" comes back after
     # a space of its own, a 3-gram it never wrote, so only a 2-gram block or the sentence
     # block (small's default, with the 3-gram block) end that one
     # (docs/small_preset.md, Decoding and the chain's emotion).
-    # The reply drawn (seeded) over the same greedy chain repeats nothing either.
-    off, drawn = {"block_repeated_sentences": False}, {"do_sample": True, "sample_chain": False, "seed": 0}
+    # The reply drawn (seeded) over the same greedy chain repeats nothing either. Beside
+    # small's defaults, the settings leave the penalty on generic openings off: this test
+    # is about the blocks.
+    plain = {"generic_reply_penalty": 0.0}
+    off = {"block_repeated_sentences": False, **plain}
+    drawn = {"do_sample": True, "sample_chain": False, "seed": 0, **plain}
     for setting, repeats in (({}, 0), (drawn, 0), (off, 2), ({**off, "no_repeat_ngram_size": 2}, 0)):
         controlled = small_model.respond(dialogues, **setting)
         texts = [r.text for r in controlled]
