@@ -1,9 +1,12 @@
 """Logits processors that apply a :class:`~empatheia.decoding.Decoding` during
 ``generate``: the choice of the chain's emotion among the trained labels, the reply's
-repetition control, the block on repeated sentences and seeded sampling.
+repetition control, the block on repeated sentences, the penalty on generic openings and
+seeded sampling.
 
 All are vectorised over the batch: each step is a few tensor operations on the tokens
-written so far ``(B, T)`` and the next-token scores ``(B, V)``, whatever ``B``. With
+written so far ``(B, T)`` and the next-token scores ``(B, V)``, whatever ``B`` (the
+penalty on generic openings adds one language-model pass over the rows still in their
+opening). With
 ``inputs_embeds`` (how :meth:`~empatheia.modeling.Empatheia.generate_text` calls
 ``generate``) the ids a processor sees are the generated tokens only, so the prompt and
 its left padding never enter them.
@@ -562,7 +565,6 @@ def _token_set(ids: torch.Tensor, vocab: int) -> torch.Tensor:
     slot. Every duplicate writes the same True, so the result is deterministic."""
     found = torch.zeros(ids.shape[0], vocab + 1, dtype=torch.bool, device=ids.device)
     return found.scatter_(1, ids, True)[:, :vocab]
-
 
 
 class GenericReplyPenalty(LogitsProcessor):
