@@ -67,6 +67,18 @@ def reply_starts(input_ids: torch.Tensor, markers: Sequence[torch.Tensor]) -> to
     return start
 
 
+def reply_lengths(input_ids: torch.Tensor, markers: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``(B,)`` how many reply tokens each row of ``input_ids`` ``(B, T)`` holds: the tokens
+    after the first occurrence of any of ``markers``; 0 just after the lead-in and -1 before
+    it, which :func:`reply_starts` (``T`` for both) does not tell apart."""
+    rows, length = input_ids.shape
+    start = torch.full((rows,), length + 1, dtype=torch.long, device=input_ids.device)
+    for marker in markers:
+        end, found = marker_ends(input_ids, marker)
+        start = torch.minimum(start, torch.where(found, end, length + 1))
+    return length - start
+
+
 def _marker_tensors(markers: Sequence[Sequence[int]]) -> List[torch.Tensor]:
     """The non-empty token id sequences of ``markers`` as 1-D tensors."""
     return [torch.as_tensor(list(m), dtype=torch.long) for m in markers if len(m)]
@@ -607,14 +619,9 @@ class GenericReplyPenalty(LogitsProcessor):
         self.protected = torch.as_tensor(sorted(set(int(i) for i in protected)), dtype=torch.long)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        rows, length = input_ids.shape
-        device = input_ids.device
-        # reply_starts cannot tell "no marker yet" from "marker just written" (both T).
-        start = torch.full((rows,), length + 1, dtype=torch.long, device=device)
-        for marker in self.markers:
-            end, found = marker_ends(input_ids, marker)
-            start = torch.minimum(start, torch.where(found, end, length + 1))
-        written = length - start  # (B,) reply tokens so far; negative before the reply
+        length, device = input_ids.shape[1], input_ids.device
+        written = reply_lengths(input_ids, self.markers)  # (B,) -1 before the reply
+        start = length - written
         active = ((written >= 0) & (written < self.tokens)).nonzero().squeeze(1)  # (n,)
         if active.numel() == 0:
             return scores

@@ -1120,8 +1120,6 @@ class ContextFreeScorer:
     def __call__(self, replies: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """``(n, V)`` from the reply tokens so far ``replies`` ``(n, w)`` (right-padded; row
         ``i`` holds ``counts[i]`` tokens, 0 or more)."""
-        import copy
-
         self.running = True
         try:
             if self._encoded is None:

@@ -21,7 +21,8 @@ from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences
 from empatheia.logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, ReplyRepetitionControl,
                                          SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
-                                         reply_markers, reply_starts, sentence_token_classes, token_texts)
+                                         reply_lengths, reply_markers, reply_starts, sentence_token_classes,
+                                         token_texts)
 from empatheia.prompts import PromptMode
 from empatheia.serve.chat import Chat
 
@@ -81,6 +82,9 @@ def test_reply_starts_after_the_first_marker():
     ids = torch.tensor([[5, 1, 2, 6, 1, 2], [3, 1, 2, 7, 7, 7], [5, 5, 5, 5, 5, 5], [1, 5, 5, 5, 5, 1]])
     assert reply_starts(ids, [torch.tensor(m) for m in MARKERS]).tolist() == [3, 3, 6, 6]
     assert reply_starts(ids[:, :0], [torch.tensor([1, 2])]).tolist() == [0, 0, 0, 0]
+    # Counted, a lead-in just written (0 reply tokens) differs from none yet (-1).
+    assert reply_lengths(ids, [torch.tensor(m) for m in MARKERS]).tolist() == [3, 3, -1, -1]
+    assert reply_lengths(ids[:, :3], [torch.tensor([1, 2])]).tolist() == [0, 0, -1, -1]
 
 
 @pytest.mark.parametrize("n, penalty", [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (0, 1.3), (3, 1.2)])
