@@ -93,3 +93,65 @@ def test_the_bench_compares_a_run_with_an_earlier_one_paired(tmp_path):
     for line in compared:
         assert line.startswith(f"model 1.0000 vs before {1 / n:.4f}: difference {(n - 1) / n:+.4f}"), line
         assert f"only the model right on {n - 1}, only before on 0" in line
+
+
+def test_exact_sign_test_matches_the_binomial_tails():
+    from empatheia.evaluation.baselines import exact_sign_test
+
+    assert exact_sign_test(0, 0) == 1.0
+    assert exact_sign_test(5, 0) == pytest.approx(2 / 32) and exact_sign_test(0, 5) == pytest.approx(2 / 32)
+    assert exact_sign_test(3, 3) == 1.0
+    assert exact_sign_test(29, 14) == pytest.approx(0.0319, abs=5e-4)  # 2 * P(Binomial(43, 1/2) <= 14)
+
+
+def test_the_blind_sheet_hides_the_runs_and_the_score_unblinds_them(tmp_path):
+    """bench/blind_pairs.py: pairs only where the replies differ, no sign of the run or the
+    gold reply on the sheet, and the score counts each judge's answers for the run that
+    wrote the preferred reply."""
+    data = tmp_path / "data.jsonl"
+    lines = shared_data("ed/ed_valid_conversations.jsonl").read_text(encoding="utf-8").splitlines()[:6]
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dialogues = {d.id: d for d in read_dataset(data)}
+    ids = list(dialogues)
+    first = {i: f"first reply {n}" for n, i in enumerate(ids)}
+    second = {i: (first[i] if n < 2 else f"second reply {n}") for n, i in enumerate(ids)}  # 2 alike
+    for name, run in (("first", first), ("second", second)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "text": t, "emotion": "sad"}) + "\n" for i, t in run.items()))
+    repo = Path(__file__).resolve().parents[1]
+
+    def bench(*args):
+        return subprocess.run([sys.executable, "bench/blind_pairs.py", *map(str, args)], cwd=repo,
+                              capture_output=True, text=True, timeout=300)
+
+    pairs = len(ids) - 2
+    drawn = bench("sheet", "--data", data, "--first", tmp_path / "first.jsonl", "--second", tmp_path / "second.jsonl",
+                  "--pairs", pairs, "--seed", 3, "--out", tmp_path / "blind")
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    sheet = (tmp_path / "blind" / "sheet.md").read_text()
+    key = json.loads((tmp_path / "blind" / "key.json").read_text())
+    assert key["differing"] == pairs and sorted(p["id"] for p in key["pairs"].values()) == sorted(ids[2:])
+    assert {p["A"] for p in key["pairs"].values()} == {"first", "second"}  # the order is drawn per pair
+    items = sheet.split("\n## ")[1:]
+    for item, (number, pair) in zip(items, key["pairs"].items()):
+        reply_a, reply_b = (line.split(": ", 1)[1] for line in item.strip().splitlines()[-2:])
+        shown = {"first": first, "second": second}
+        assert item.startswith(number) and (reply_a, reply_b) == (shown[pair["A"]][pair["id"]], shown[pair["B"]][pair["id"]])
+        assert dialogues[pair["id"]].response not in item  # the gold reply is not shown
+        assert all(line.startswith(("Speaker: ", "Listener: ", "Reply A: ", "Reply B: "))
+                   for line in item.strip().splitlines()[1:])  # nothing else, so nothing names the run
+    # Judge 1 always prefers the first run; judge 2 the second on pairs 1-3, ties elsewhere.
+    pick = {n: ("A" if p["A"] == "first" else "B") for n, p in key["pairs"].items()}
+    other = {n: ("B" if c == "A" else "A") for n, c in pick.items()}
+    (tmp_path / "judge_1.txt").write_text("".join(f"{n}: {c}\n" for n, c in pick.items()))
+    (tmp_path / "judge_2.txt").write_text("".join(f"{n}: {other[n] if int(n) <= 3 else 'tie'}\n" for n in pick))
+    scored = bench("score", "--key", tmp_path / "blind" / "key.json", tmp_path / "judge_1.txt", tmp_path / "judge_2.txt")
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    table = {line.split()[0]: line.split()[1:] for line in scored.stdout.splitlines()
+             if line.startswith(("judge_", "majority")) and line.split()[1].isdigit()}
+    assert table["judge_1.txt"][:3] == [str(pairs), "0", "0"] and table["judge_2.txt"][:3] == ["0", "3", str(pairs - 3)]
+    assert table["majority"][:3] == ["0", "0", str(pairs)]  # no reply had more than half of two judges
+    assert f"answered alike on 0 of {pairs}" in scored.stdout
+    # A judge who skipped a pair is an error naming the file.
+    (tmp_path / "judge_3.txt").write_text("1: A\n")
+    refused = bench("score", "--key", tmp_path / "blind" / "key.json", tmp_path / "judge_3.txt")
+    assert refused.returncode != 0 and "judge_3.txt: no answer for pairs 2" in refused.stderr

@@ -151,9 +151,6 @@ def compare_paired_accuracy(
     differences = (a[rows] - b[rows]).mean(1)
     low, high = torch.quantile(differences, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
     only_a, only_b = int((a > b).sum()), int((b > a).sum())
-    discordant = only_a + only_b
-    # Exact binomial test of only_a against Binomial(discordant, 1/2), two-sided.
-    tail = sum(math.comb(discordant, k) for k in range(min(only_a, only_b) + 1)) / 2.0**discordant if discordant else 1.0
     return PairedAccuracy(
         examples=n,
         accuracy_a=float(a.mean()),
@@ -162,5 +159,15 @@ def compare_paired_accuracy(
         interval=(low, high),
         only_a=only_a,
         only_b=only_b,
-        p_value=min(1.0, 2.0 * tail),
+        p_value=exact_sign_test(only_a, only_b),
     )
+
+
+def exact_sign_test(wins_a: int, wins_b: int) -> float:
+    """Two-sided exact p-value of ``wins_a`` against ``Binomial(wins_a + wins_b, 1/2)``:
+    McNemar's test on the discordant pairs, or a sign test on preferences (ties left out)."""
+    trials = wins_a + wins_b
+    if not trials:
+        return 1.0
+    tail = sum(math.comb(trials, k) for k in range(min(wins_a, wins_b) + 1)) / 2.0**trials
+    return min(1.0, 2.0 * tail)
