@@ -531,7 +531,8 @@ class SeededSampling(LogitsProcessor):
     moved. ``seed`` ``None`` takes one from the operating system; ``keys`` ``None`` gives
     every row key 0. With ``reply_only`` (the reply's lead-in markers,
     :func:`reply_markers`) a row's scores pass unchanged until it has written one of
-    them, so the text before the reply is written greedily.
+    them, so the text before the reply is written greedily and every reply token, the
+    first included, is drawn.
     """
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, seed: Optional[int] = None,
@@ -568,7 +569,8 @@ class SeededSampling(LogitsProcessor):
         chosen = torch.full_like(scores, float("-inf")).scatter(-1, drawn, 0.0)
         if self.markers is None:
             return chosen
-        in_reply = reply_starts(input_ids, self.markers) < input_ids.shape[1]  # (B,)
+        # A lead-in just written counts: the reply's first token is drawn too.
+        in_reply = reply_lengths(input_ids, self.markers) >= 0  # (B,)
         return torch.where(in_reply.to(scores.device)[:, None], chosen, scores)
 
 

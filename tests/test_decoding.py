@@ -77,6 +77,10 @@ def _reply_start(row):
     return next((at + 2 for at in range(len(row) - 1) if row[at : at + 2] == [1, 2]), len(row))
 
 
+def _pairs(row):
+    return [row[at : at + 2] for at in range(len(row) - 1)]
+
+
 # ---------------------------------------------------------------------- the processors
 def test_reply_starts_after_the_first_marker():
     ids = torch.tensor([[5, 1, 2, 6, 1, 2], [3, 1, 2, 7, 7, 7], [5, 5, 5, 5, 5, 5], [1, 5, 5, 5, 5, 1]])
@@ -379,9 +383,13 @@ def test_seeded_sampling_answers_the_same_and_keeps_the_callers_rng():
 def test_reply_only_sampling_leaves_the_chain_greedy():
     sampler = SeededSampling(1.0, 1.0, seed=0, reply_only=MARKERS)
     ids, scores = _random_rows(3)
+    ids[0, :-2] = 5
+    ids[0, -2:] = torch.tensor([1, 2])  # the lead-in just written: the reply's first token is drawn
+    ids[-1, -1] = 1  # half a lead-in: still before the reply
     out = sampler(ids, scores.clone())
+    assert torch.isfinite(out[0]).sum() == 1
     for row in range(ids.shape[0]):
-        if _reply_start(ids[row].tolist()) < ids.shape[1]:
+        if [1, 2] in _pairs(ids[row].tolist()):  # the lead-in written, even as the last two ids
             assert torch.isfinite(out[row]).sum() == 1  # in the reply: one drawn token left
         else:
             torch.testing.assert_close(out[row], scores[row], rtol=0, atol=0)  # greedy picks the likeliest
