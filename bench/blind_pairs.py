@@ -127,7 +127,10 @@ def main(argv=None) -> None:
     scored.add_argument("--key", type=Path, required=True)
     scored.add_argument("judgements", type=Path, nargs="+", help="one file of answers per judge")
     args = parser.parse_args(argv)
-    write_sheet(args) if args.command == "sheet" else score(args)
+    if args.command == "sheet":
+        write_sheet(args)
+    else:
+        score(args)
 
 
 if __name__ == "__main__":
