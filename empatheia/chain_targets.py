@@ -367,26 +367,120 @@ def _boundary(words: Sequence[str], i: int, more: Sequence[str] = ()) -> bool:
     return word in _BOUNDARY_WORDS or word in more
 
 
-def response_goal(emotion: Optional[str], last_speaker_turn: str = "") -> str:
-    """The goal step: the emotion's goal (:data:`GOALS`, by label, else by its class of the
-    fold), led by answering a question or giving advice when the speaker's last turn asks."""
+# What a listener's reply does, in the order the acts are tried on each sentence. The goal
+# step of a dialogue whose reply is known says which of these the reply does, so that the
+# goal plans this reply rather than restating the label's one goal (which a core trained on
+# it answered with one formula per label).
+REPLY_ACTS = (
+    ("Congratulating the speaker", re.compile(
+        r"\b(congrat\w*|accomplishment|achievement|good job|great job|nice job|well done|good for you|proud of you"
+        r"|way to go|kudos|keep (it )?up)\b")),
+    ("Expressing sympathy", re.compile(
+        r"\b(sorry|oh no|sucks|so sad|too bad|no good|not (good|fun|nice)|doesn'?t sound (too |very |so )?(good|fun|nice)"
+        r"|what a shame|poor (thing|guy|girl|dog|cat|baby)"
+        r"|(that'?s|that is|how|so|sounds) (so |really |very |just )?(terrible|awful|horrible|sad|rough|tough|unfortunate"
+        r"|heartbreaking|painful|scary|frightening|frustrating|annoying|upsetting|hard|bad|a shame))\b")),
+    ("Reassuring the speaker", re.compile(
+        r"\b(don'?t worry|do not worry|i'?m sure|i am sure|i bet (you|it|they|she|he)|you'?ll (be|do|get|make|have|find)"
+        r"|you will (be|do|get|make|have|find)|it'?ll (be|work|all)|it will (be|work)|everything will|things will"
+        r"|you can do it|you('?ve)? got this|no shame|not your fault|happens to (everyone|everybody|the best))\b")),
+    ("Pointing out the bright side", re.compile(r"\b(at least|look on the bright side|silver lining|on the bright side"
+                                                 r"|blessing in disguise|could have been worse)\b")),
+    ("Sharing the speaker's happiness", re.compile(r"\b(i'?m (so |really |very )?(glad|happy for you)|i am (so |really "
+                                                    r"|very )?(glad|happy for you)|glad to hear|happy to hear)\b")),
+    ("Suggesting what the speaker could do", re.compile(
+        r"\b(you should|you could|maybe you|perhaps you|why don'?t you|why not|try to|you might want|you need to"
+        r"|have you (tried|thought|considered)|make sure|just try"
+        r"|i would (just )?(tell|talk|ask|call|go|get|try|see|look))\b")),
+    ("Wishing the speaker well", re.compile(r"\b(i hope|hope (you|it|they|she|he|things|everything)|hopefully"
+                                             r"|good luck|best of luck|fingers crossed)\b")),
+    ("Showing understanding of how the speaker feels", re.compile(
+        r"\b(i understand|i can (imagine|understand|see why|relate)|i know (how|what|the feeling)|i get (it|that)"
+        r"|must (have been|be|feel)|that makes sense|understandable|no wonder|i would (be|feel|have been|have felt))\b")),
+    ("Agreeing with the speaker", re.compile(
+        r"^(yes|yeah|yep|exactly|definitely|absolutely|agreed|i agree|you'?re right|so true|true|same)\b")),
+    ("Reacting with surprise", re.compile(
+        r"\b(unbelievable|incredible|crazy|no way|can'?t believe|omg|oh my|holy|whoa|insane)\b")),
+    ("Sharing the speaker's enthusiasm", re.compile(
+        r"\b(wow|yay|awesome|amazing|wonderful|fantastic|exciting|(that'?s|that is|sounds|how|so) (so |really |very "
+        r"|pretty |super |such a |a )?(great|cool|nice|fun|good|lovely|neat|sweet|impressive|exciting|interesting))\b")),
+    ("Sharing a similar experience", re.compile(
+        r"\b(me too|same here|i (have|had|used to|remember|once|also|love|loved|did|went|feel the same|felt the same)"
+        r"|my (\w+))\b")),
+)
+# The question a reply asks, by its first matching kind.
+QUESTION_ACTS = (
+    ("Asking what happened", re.compile(r"\bwhat (happened|went wrong|did (he|she|they|it) do)\b")),
+    ("Asking how the speaker is feeling", re.compile(
+        r"\b(how (are|do|did|were) you (feel|feeling|doing|holding|handling|coping)|are you (ok|okay|alright|all right|fine"
+        r"|feeling|doing|still|hurt)|how do you feel)\b")),
+    ("Asking what the speaker will do", re.compile(
+        r"\b(what (are|will|do|did) you (going to |gonna |plan to |end up )?(do|plan)|are you going to|will you|do you plan"
+        r"|what'?s next|did you (end up|decide))\b")),
+    ("Asking why", re.compile(r"\b(why|how come)\b")),
+)
+OTHER_QUESTION = "Asking the speaker for details"
+# ED's typists often drop the question mark: "What kind of con was it".
+_QUESTION_START = re.compile(r"^(what|how|why|where|when|who|which|did|do|does|are|is|was|were|have|has|will|can|could"
+                             r"|would)\b")
+REPLY_ACT_LIMIT = 2
+"""A goal built from the reply names at most this many of its acts (the first ones)."""
+
+
+def reply_acts(reply: str) -> List[str]:
+    """What ``reply`` does, as goal phrases in the order its sentences do them: each
+    sentence adds its first act of :data:`REPLY_ACTS` not yet named, a question its kind of
+    :data:`QUESTION_ACTS` (else "Asking the speaker for details"). At most
+    :data:`REPLY_ACT_LIMIT`; none for a reply these rules do not read."""
+    acts: List[str] = []
+    for sentence in re.split(r"(?<=[.!?])\s+", _tidy(reply).lower()):
+        if re.search(r"\?[?!.>\s]*$", sentence) or _QUESTION_START.match(sentence) and not sentence.endswith((".", "!")):
+            # "Oh no, what happened?" sympathises and asks; "Did you win?" only asks.
+            found = [name for name, rule in REPLY_ACTS[:2] if rule.search(sentence)][:1]
+            found.append(next((name for name, rule in QUESTION_ACTS if rule.search(sentence)), OTHER_QUESTION))
+        else:
+            found = [next((name for name, rule in REPLY_ACTS if name not in acts and rule.search(sentence)), "")]
+        acts.extend(name for name in found if name and name not in acts)
+    return acts[:REPLY_ACT_LIMIT]
+
+
+def response_goal(emotion: Optional[str], last_speaker_turn: str = "", reply: Optional[str] = None) -> str:
+    """The goal step. With the ``reply`` known (training data), what it does
+    (:func:`reply_acts`: "Expressing sympathy and asking what happened."); otherwise, or
+    when the rules read no act in it, the emotion's goal (:data:`GOALS`, by label, else by
+    its class of the fold). Either is led by answering a question or giving advice when the
+    speaker's last turn asks."""
     key = normalize_label(emotion) if emotion else ""
-    goal = GOALS.get(key) or GOALS.get(EMOTION_FOLD.get(key, ""), DEFAULT_GOAL)
+    acts = reply_acts(reply) if reply else []
+    if acts:
+        # "Congratulating the speaker and asking them ...": one name for the speaker.
+        later = [_pronoun(act) for act in acts[1:]]
+        goal = " and ".join([acts[0]] + [act[0].lower() + act[1:] for act in later])
+    else:
+        goal = GOALS.get(key) or GOALS.get(EMOTION_FOLD.get(key, ""), DEFAULT_GOAL)
     lead = ADVICE_GOAL if _ADVICE.search(last_speaker_turn) else QUESTION_GOAL if "?" in last_speaker_turn else None
     if lead is None:
         return goal + "."
     # "Answering the speaker's question while easing their worry": one name for the speaker.
-    goal = goal.replace("the speaker's", "their").replace("the speaker", "them")
+    goal = _pronoun(goal)
     return f"{lead} while {goal[0].lower()}{goal[1:]}."
 
 
+def _pronoun(phrase: str) -> str:
+    """``phrase`` with "the speaker" as a pronoun, for a goal that has named them already."""
+    phrase = re.sub(r"\bthe speaker (could|will|is)\b",
+                    lambda m: "they " + {"is": "are"}.get(m.group(1), m.group(1)), phrase)
+    return phrase.replace("the speaker's", "their").replace("the speaker", "them")
+
+
 def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], speaker_turns: Sequence[str],
-                   emotion: Optional[str] = None) -> ChainOfEmpathy:
+                   emotion: Optional[str] = None, reply: Optional[str] = None) -> ChainOfEmpathy:
     """``chain`` with each missing step built by the rules (a new object; the given steps
     are kept exactly as they are, and a chain with all four is returned unchanged).
     ``situation`` is the dialogue's situation or context, ``speaker_turns`` the speaker's
     utterances in order, ``emotion`` the emotion step when the chain has none (an emotion
-    is never made up: without either, the step stays empty)."""
+    is never made up: without either, the step stays empty), ``reply`` the listener's
+    reply when it is known (the goal then says what it does, :func:`response_goal`)."""
     chain = chain if chain is not None else ChainOfEmpathy()
     if chain_is_complete(chain):
         return chain
@@ -397,7 +491,7 @@ def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], sp
         event_scenario=_given(chain.event_scenario) or event_scenario(situation, *turns[:1]),
         speaker_emotion=emotion,
         emotion_cause=_given(chain.emotion_cause) or emotion_cause(situation, turns, emotion),
-        goal_to_response=_given(chain.goal_to_response) or response_goal(emotion, turns[-1] if turns else ""),
+        goal_to_response=_given(chain.goal_to_response) or response_goal(emotion, turns[-1] if turns else "", reply),
     )
 
 

@@ -67,7 +67,8 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     # emotion, so the joint stage's targets keep every step of the Chain of Empathy.
     assert (first.chain.event_scenario, first.chain.speaker_emotion) == ("The speaker won a prize in the school raffle.",
                                                                          "joyful")
-    assert first.chain.goal_to_response == "Sharing the speaker's joy." and first.chain.emotion_cause
+    # The goal says what the reply does ("Congratulations! ...").
+    assert first.chain.goal_to_response == "Congratulating the speaker." and first.chain.emotion_cause
     assert corpus[1].chain.speaker_emotion == corpus[1].emotion == "devastated"
 
     # The listener answers joy with joy and grief softly: the rendered faces say so.

@@ -526,7 +526,7 @@ def avamerg_dialogue(
     if chain is not None:
         # A record with all four steps keeps them as they are; missing ones are built as
         # ED's are (empatheia.chain_targets), so every target names the whole chain.
-        chain = complete_chain(chain, context, [t.text for t in out_turns if t.role == "speaker"])
+        chain = complete_chain(chain, context, [t.text for t in out_turns if t.role == "speaker"], reply=response)
     response_audio = response_video = None
     if root is not None and response_media:
         avatar = (profiles["listener"] or {}).get("ID")
@@ -670,10 +670,10 @@ def _ed_situation(record: dict, name: str) -> Optional[str]:
     return situation
 
 
-def _ed_chain(situation: Optional[str], emotion: str, turns: Sequence[Turn]) -> ChainOfEmpathy:
-    # ED annotates the situation and the emotion only: the four steps are built from them
-    # and the speaker's turns by the rules of empatheia.chain_targets (docs/data.md).
-    return complete_chain(None, situation, [t.text for t in turns if t.role == "speaker"], emotion)
+def _ed_chain(situation: Optional[str], emotion: str, turns: Sequence[Turn], reply: str) -> ChainOfEmpathy:
+    # ED annotates the situation and the emotion only: the four steps are built from them,
+    # the speaker's turns and the reply by the rules of empatheia.chain_targets (docs/data.md).
+    return complete_chain(None, situation, [t.text for t in turns if t.role == "speaker"], emotion, reply)
 
 
 def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tuple[Dialogue, str]]:
@@ -697,7 +697,7 @@ def _ed_conversation_examples(record: Any, name: str, ctx: _ReadContext) -> List
             id=f"{f['conv_id']}/{i}",
             context=situation,
             response=turns[i].text,
-            chain=_ed_chain(situation, f["emotion"], turns[:i]),
+            chain=_ed_chain(situation, f["emotion"], turns[:i], turns[i].text),
         )
         examples.append((dialogue, "emotion"))
     return examples
@@ -712,9 +712,8 @@ def _ed_response_examples(record: Any, name: str, ctx: _ReadContext) -> List[Tup
     _utterance(f["response"], name, "response")
     conv = record.get("conv_id", name)
     situation = _ed_situation(record, name)
-    dialogue = Dialogue(
-        turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=_ed_chain(situation, f["emotion"], turns)
-    )
+    chain = _ed_chain(situation, f["emotion"], turns, f["response"])
+    dialogue = Dialogue(turns=turns, id=f"{conv}/{len(turns)}", context=situation, response=f["response"], chain=chain)
     return [(dialogue, "emotion")]
 
 

@@ -347,16 +347,16 @@ def _render_conversation(task: Tuple[dict, str]) -> List[dict]:
                 "response": {k: turns[i][k] for k in ("text", "audio", "video")},
                 # The chain is stage 1's ED chain, all four steps: a step missing here
                 # teaches stage 4 to skip it (measured on `small` for the emotion step).
-                "chain": _ed_chain_record(record, turns[:i]),
+                "chain": _ed_chain_record(record, turns[:i], turns[i]["text"]),
             }
         )
     return examples
 
 
-def _ed_chain_record(record: dict, turns: Sequence[dict]) -> Dict[str, Optional[str]]:
+def _ed_chain_record(record: dict, turns: Sequence[dict], reply: str) -> Dict[str, Optional[str]]:
     """The four steps as the ED readers build them (:mod:`empatheia.chain_targets`)."""
     speaker = [t["text"] for t in turns if t["role"] == "speaker"]
-    chain = complete_chain(None, record.get("situation"), speaker, record["emotion"])
+    chain = complete_chain(None, record.get("situation"), speaker, record["emotion"], reply)
     return {name: getattr(chain, name) for name, _ in CHAIN_STEPS}
 
 
