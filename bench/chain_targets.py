@@ -7,7 +7,9 @@ Reads the file as training does (one example per listener turn) and prints, for 
 targets (the situation as the event, the emotion; no cause, no goal) and the new ones:
 the share of targets naming all four steps; the share whose event equals the speaker's
 first utterance, contains it word for word, or nearly copies it (difflib's word-sequence
-ratio 0.8 or more); and the average words per step. Then five examples.
+ratio 0.8 or more); the share of goals that name an act of a reply
+(``empatheia.chain_targets.reply_acts``) and the number of distinct goals; and the average
+words per step. Then five examples.
 
     python bench/chain_targets.py --ed runs/small/ed/eval.jsonl \
         --predictions runs/small/eval_heldout_new/predictions.jsonl OTHER/predictions.jsonl
@@ -26,6 +28,7 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from empatheia.chain_targets import goal_names_a_reply_act  # noqa: E402
 from empatheia.data import read_dataset  # noqa: E402
 from empatheia.evaluation.records import read_predictions  # noqa: E402
 from empatheia.prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete  # noqa: E402
@@ -48,6 +51,9 @@ def measure(chains, first_utterances):
         f"event near copy (ratio >= {NEAR_COPY})": fmean(
             difflib.SequenceMatcher(None, e.split(), u.split()).ratio() >= NEAR_COPY for e, u in zip(events, firsts)),
     }
+    goals = [_norm(c.goal_to_response or "") for c in chains]
+    out["goal names a reply act"] = fmean(goal_names_a_reply_act(g) for g in goals)
+    out["distinct goals"] = len(set(g for g in goals if g))
     for name, _ in CHAIN_STEPS:
         out[f"words: {name}"] = fmean(len((getattr(c, name) or "").split()) for c in chains)
     return out
@@ -89,7 +95,8 @@ def main() -> None:
     width = max(8, *(len(name) for name in columns))
     print(f"{'':44} " + " ".join(f"{name:>{width}}" for name in columns))
     for key in columns["before"]:
-        unit = f"{{:{width}.3f}}" if key.startswith("words") else f"{{:{width}.1%}}"
+        unit = (f"{{:{width}.3f}}" if key.startswith("words") else f"{{:{width}d}}" if key.startswith("distinct")
+                else f"{{:{width}.1%}}")
         print(f"{key:44} " + " ".join(unit.format(values[key]) for values in columns.values()))
     step = max(1, len(dialogues) // max(1, args.examples))
     for d in dialogues[::step][: args.examples]:

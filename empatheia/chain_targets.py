@@ -466,6 +466,14 @@ def response_goal(emotion: Optional[str], last_speaker_turn: str = "", reply: Op
     return f"{lead} while {goal[0].lower()}{goal[1:]}."
 
 
+def goal_names_a_reply_act(goal: str) -> bool:
+    """Whether ``goal`` names an act of :func:`reply_acts` (as the first act, or a later
+    one with "the speaker" as a pronoun), rather than only a label's goal."""
+    goal = goal.lower()
+    names = [name for name, _ in (*REPLY_ACTS, *QUESTION_ACTS)] + [OTHER_QUESTION]
+    return any(form.lower() in goal for name in names for form in (name, _pronoun(name)))
+
+
 def _pronoun(phrase: str) -> str:
     """``phrase`` with "the speaker" as a pronoun, for a goal that has named them already."""
     phrase = re.sub(r"\bthe speaker (could|will|is)\b",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from empatheia.chain_targets import GOALS, complete_chain, emotion_cause, event_scenario, response_goal, third_person
+from empatheia.chain_targets import (GOALS, complete_chain, emotion_cause, event_scenario, reply_acts, response_goal,
+                                     third_person)
 from empatheia.data import avamerg_dialogue, read_dataset
 from empatheia.evaluation.scoring import score
 from empatheia.evaluation.text import chain_complete_share
@@ -55,36 +56,66 @@ def test_a_verbatim_situation_becomes_a_short_third_person_event(ed_examples):
     assert first.chain.event_scenario == "The speaker had a tire burst in the middle of a busy road."
     assert first.chain.emotion_cause == (
         "The speaker had a tire burst in the middle of a busy road, which made them feel terrified.")
-    assert first.chain.goal_to_response == "Alleviating the speaker's fear and offering reassurance."
+    # The listener asked "Are you fine now?": the goal is what the reply does.
+    assert first.chain.goal_to_response == "Asking how the speaker is feeling."
 
 
-def test_grief_asks_for_comfort(ed_examples):
+def test_a_reply_the_rules_do_not_read_gets_the_labels_goal(ed_examples):
     chain = ed_examples["hit:354_conv:709/1"].chain  # "My dog passed away of bone cancer."
     assert chain.speaker_emotion == "devastated"
     assert chain.event_scenario == "The speaker's dog passed away of bone cancer."
     assert "dog passed away" in chain.emotion_cause
+    # "it takes a strong and compassionate person ...": no act the rules read, so the goal
+    # is the label's.
     assert chain.goal_to_response == "Offering comfort and sympathy for the speaker's pain."
 
 
-def test_success_asks_for_shared_pride_and_the_cause_is_the_when_clause(ed_examples):
+def test_the_goal_is_what_the_reply_does_and_the_cause_is_the_when_clause(ed_examples):
     chain = ed_examples["hit:2060_conv:4120/1"].chain  # "I was so glad when I graduated college."
     assert chain.speaker_emotion == "proud"
     assert chain.event_scenario == "The speaker was so glad when they graduated college."
     assert chain.emotion_cause == "The speaker graduated college."
-    assert chain.goal_to_response == "Sharing the speaker's pride and acknowledging their achievement."
+    # "That's such a great accomplishment ... What was your major?"
+    assert chain.goal_to_response == "Congratulating the speaker and asking them for details."
 
 
 def test_a_question_in_the_speakers_last_turn_asks_for_an_answer(ed_examples):
     asked = ed_examples["hit:128_conv:256/3"]
     assert [t.text for t in asked.turns if t.role == "speaker"][-1] == "Do you play Madden often?"
-    assert asked.chain.goal_to_response == (
-        "Answering the speaker's question while sharing their pride and acknowledging their achievement.")
-    # The same conversation's first example, before the question, only shares the pride.
+    assert asked.chain.goal_to_response == "Answering the speaker's question while agreeing with them."  # "Yes, every day."
+    # The same conversation's first example, before the question, only does what its reply does.
     before = ed_examples["hit:128_conv:256/1"]
     assert "?" not in [t.text for t in before.turns if t.role == "speaker"][-1]
-    assert before.chain.goal_to_response == GOALS["proud"] + "."
-    advice = ed_examples["hit:2283_conv:4567/1"]  # "... Should I tell him?"
-    assert advice.chain.goal_to_response == "Giving the speaker advice while easing their guilt without judging them."
+    assert before.chain.goal_to_response == "Sharing a similar experience."  # "I love to play Madden."
+    advice = ed_examples["hit:2283_conv:4567/1"]  # "... Should I tell him?" -> "Why did you wait a week? ..."
+    assert advice.chain.goal_to_response == "Giving the speaker advice while asking why."
+
+
+def test_ed_goals_vary_with_the_reply(ed_examples):
+    dialogues = list(ed_examples.values())
+    goals = {d.chain.goal_to_response for d in dialogues}
+    # 5,738 examples: 252 distinct goals, the label's goal for the 1,222 (21 %) whose reply
+    # the rules do not read; against 32 goals, each led or not, from the labels alone.
+    assert len(goals) == 252
+    assert sum(not reply_acts(d.response) for d in dialogues) == 1222
+    # A goal names the speaker once: later acts say "them" / "their" / "they".
+    assert not any(d.chain.goal_to_response.count("the speaker") > 1 for d in dialogues)
+
+
+def test_reply_acts_read_what_the_reply_does():
+    assert reply_acts("Oh no, what happened?") == ["Expressing sympathy", "Asking what happened"]
+    assert reply_acts("Congratulations! What's next?") == ["Congratulating the speaker", "Asking what the speaker will do"]
+    # The first two acts, in the reply's order.
+    assert reply_acts("I'm so sorry. I hope you feel better soon. Don't worry.") == [
+        "Expressing sympathy", "Wishing the speaker well"]
+    assert reply_acts("what kind of con was it") == ["Asking the speaker for details"]  # no question mark typed
+    assert reply_acts("Are you ok?!") == ["Asking how the speaker is feeling"]
+    assert reply_acts("At least nobody got hurt.") == ["Pointing out the bright side"]
+    assert reply_acts("Hello") == [] and reply_acts("") == []
+    assert response_goal("sad", "", "Oh no, what happened?") == "Expressing sympathy and asking what happened."
+    assert response_goal("sad", "", "Hello") == response_goal("sad") == GOALS["sad"] + "."
+    assert response_goal("proud", "Should I throw a party?", "Congratulations! Are you going to celebrate?") == (
+        "Giving the speaker advice while congratulating them and asking what they will do.")
 
 
 def test_ed_responses_file_gets_the_same_chains(ed_examples):
@@ -166,7 +197,9 @@ def test_an_avamerg_chain_missing_steps_is_completed_and_keeps_the_rest():
     chain = avamerg_dialogue(_avamerg({"event_scenario": "Job loss", "speaker_emotion": "devastated"})).chain
     assert (chain.event_scenario, chain.speaker_emotion) == ("Job loss", "devastated")
     assert chain.emotion_cause == "The speaker lost their job last week, which made them feel devastated."
-    assert chain.goal_to_response == "Answering the speaker's question while offering comfort and sympathy for their pain."
+    # The goal is what the record's reply does ("That is hard. What kind of work ...?").
+    assert chain.goal_to_response == (
+        "Answering the speaker's question while expressing sympathy and asking them for details.")
     # An emotion is never made up: without one, that step stays empty.
     bare = avamerg_dialogue(_avamerg({"event_scenario": "Job loss"})).chain
     assert bare.speaker_emotion is None and bare.emotion_cause == "The speaker lost their job last week."
@@ -288,3 +321,7 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     rows = {line[:44].strip(): line[44:].split() for line in lines[2:]}
     assert rows["all four steps"][2:] == ["0.0%", "50.0%"]
     assert rows["event == first utterance"][2:] == ["100.0%", "0.0%"]
+    # The targets' goals say what the replies do ("I am so sorry.", "Congratulations!"); the
+    # summarising model's goal is only a label's.
+    assert rows["goal names a reply act"] == ["0.0%", "100.0%", "0.0%", "0.0%"]
+    assert rows["distinct goals"] == ["0", "2", "0", "1"]

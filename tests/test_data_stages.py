@@ -287,12 +287,12 @@ def test_ed_conversations_train_stage_one_on_the_whole_chain(model):
     _, target = decode_parts(model, batch, 0)
     first = corpus[0]
     # ED gives the situation and the emotion; the rules of empatheia.chain_targets build
-    # the four steps from them and the speaker's turns.
+    # the four steps from them, the speaker's turns and the reply ("Are you fine now?").
     assert target == (
         f"Firstly, the event scenario of this conversation is: {first.chain.event_scenario}\n"
         f"Secondly, the emotion of the speaker is: terrified\n"
         f"Thirdly, the emotion cause is: {first.chain.emotion_cause}\n"
-        f"Fourthly, the goal to response is: Alleviating the speaker's fear and offering reassurance.\n"
+        f"Fourthly, the goal to response is: Asking how the speaker is feeling.\n"
         f"Finally, the response is: {first.response}\n{SIGNALS}</s>"
     )
     assert first.chain.event_scenario != first.context.strip()
