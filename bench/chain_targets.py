@@ -67,6 +67,17 @@ def _generated_chains(path: Path):
             for record in read_predictions(path)}
 
 
+def _column_names(paths):
+    """Each predictions file's folder name, with as many parent folders as it takes to tell
+    the files apart (``small_v7/eval_heldout200`` beside ``small_v8/eval_heldout200``)."""
+    paths = [path.resolve() for path in paths]
+    for depth in range(1, max((len(path.parts) for path in paths), default=1)):
+        names = ["/".join(path.parent.parts[-depth:]) for path in paths]
+        if len(set(names)) == len(names):
+            return names
+    return [str(path) for path in paths]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ed", type=Path, required=True, help="an ed-conversations JSONL file")
@@ -88,8 +99,8 @@ def main() -> None:
               for d in dialogues]
     after = [d.chain for d in dialogues]
     columns = {"before": measure(before, firsts), "after": measure(after, firsts)}
-    for path, chains in zip(args.predictions, generated):
-        columns[path.parent.name or path.name] = measure([chains[d.id] for d in dialogues], firsts)
+    for name, chains in zip(_column_names(args.predictions), generated):
+        columns[name] = measure([chains[d.id] for d in dialogues], firsts)
     print(f"{len(dialogues)} examples of {corpus.conversations} conversations ({args.ed.name}); targets before and "
           f"after the rule-built steps" + (", then the generated chains of each --predictions file" if generated else ""))
     width = max(8, *(len(name) for name in columns))
