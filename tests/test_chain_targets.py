@@ -325,3 +325,21 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     # summarising model's goal is only a label's.
     assert rows["goal names a reply act"] == ["0.0%", "100.0%", "0.0%", "0.0%"]
     assert rows["distinct goals"] == ["0", "2", "0", "1"]
+
+
+def test_the_bench_tells_same_named_prediction_folders_apart(tmp_path):
+    data = tmp_path / "ed.jsonl"
+    data.write_text(json.dumps({"conv_id": "c1", "situation": "I won a prize.", "emotion": "proud",
+                                "utterances": ["I won the science prize!", "Congratulations!"]}) + "\n")
+    files = []
+    for run in ("v7", "v8"):
+        (tmp_path / run / "eval200").mkdir(parents=True)
+        files.append(tmp_path / run / "eval200" / "predictions.jsonl")
+        files[-1].write_text(json.dumps({"id": "c1/1", "text": "Wow.", "emotion": "happy", "chain_of_empathy": {
+            "event_scenario": "The speaker won a prize.", "goal_to_response": f"Goal of {run}."}}) + "\n")
+    result = subprocess.run([sys.executable, "bench/chain_targets.py", "--ed", str(data), "--examples", "0",
+                             "--predictions", *map(str, files)],
+                            cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    # Both runs keep a column: the folder names alone ("eval200") would give one.
+    assert result.stdout.splitlines()[1].split() == ["before", "after", "v7/eval200", "v8/eval200"]
