@@ -22,10 +22,12 @@ emotion cause   the situation, then the speaker's turns    the first causal clau
                                                            the third person; else the event's
                                                            first clause, "..., which made
                                                            them feel <emotion>"
-goal            the emotion and the speaker's last turn    :data:`GOALS` of the label (else of
-                                                           its class); a question in the last
-                                                           turn asks for an answer, a request
-                                                           for advice for advice, first
+goal            the reply (when known), the emotion and    what the reply does (:func:`reply_acts`:
+                the speaker's last turn                    "Expressing sympathy and asking what
+                                                           happened"), else :data:`GOALS` of the
+                                                           label (else of its class); a question
+                                                           in the last turn asks for an answer, a
+                                                           request for advice for advice, first
 ==============  =========================================  ===================================
 
 Third person: the first reference to the speaker ("I", "me", "my") becomes "the speaker"
@@ -369,8 +371,8 @@ def _boundary(words: Sequence[str], i: int, more: Sequence[str] = ()) -> bool:
 
 # What a listener's reply does, in the order the acts are tried on each sentence. The goal
 # step of a dialogue whose reply is known says which of these the reply does, so that the
-# goal plans this reply rather than restating the label's one goal (which a core trained on
-# it answered with one formula per label).
+# goal plans this reply rather than restating the label's one goal, the same for every
+# dialogue of that label.
 REPLY_ACTS = (
     ("Congratulating the speaker", re.compile(
         r"\b(congrat\w*|accomplishment|achievement|good job|great job|nice job|well done|good for you|proud of you"
