@@ -478,8 +478,8 @@ def goal_names_a_reply_act(goal: str) -> bool:
 
 def _pronoun(phrase: str) -> str:
     """``phrase`` with "the speaker" as a pronoun, for a goal that has named them already."""
-    phrase = re.sub(r"\bthe speaker (could|will|is)\b",
-                    lambda m: "they " + {"is": "are"}.get(m.group(1), m.group(1)), phrase)
+    phrase = re.sub(r"\bthe speaker (could|will|is|feels)\b",
+                    lambda m: "they " + {"is": "are", "feels": "feel"}.get(m.group(1), m.group(1)), phrase)
     return phrase.replace("the speaker's", "their").replace("the speaker", "them")
 
 

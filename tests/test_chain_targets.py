@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from empatheia.chain_targets import (GOALS, complete_chain, emotion_cause, event_scenario, reply_acts, response_goal,
-                                     third_person)
+from empatheia.chain_targets import (GOALS, complete_chain, emotion_cause, event_scenario, goal_names_a_reply_act,
+                                     reply_acts, response_goal, third_person)
 from empatheia.data import avamerg_dialogue, read_dataset
 from empatheia.evaluation.scoring import score
 from empatheia.evaluation.text import chain_complete_share
@@ -116,6 +116,12 @@ def test_reply_acts_read_what_the_reply_does():
     assert response_goal("sad", "", "Hello") == response_goal("sad") == GOALS["sad"] + "."
     assert response_goal("proud", "Should I throw a party?", "Congratulations! Are you going to celebrate?") == (
         "Giving the speaker advice while congratulating them and asking what they will do.")
+    # The bench's test of a generated goal: an act, first or later with a pronoun, not a label's goal.
+    assert goal_names_a_reply_act("Answering the speaker's question while congratulating them and asking what they will do.")
+    assert goal_names_a_reply_act("expressing sympathy.")
+    assert response_goal("sad", "Why?", "I get it.") == (
+        "Answering the speaker's question while showing understanding of how they feel.")
+    assert not goal_names_a_reply_act(GOALS["sad"]) and not goal_names_a_reply_act("Ensuring the speaker feels heard.")
 
 
 def test_ed_responses_file_gets_the_same_chains(ed_examples):
