@@ -425,6 +425,8 @@ OTHER_QUESTION = "Asking the speaker for details"
 # ED's typists often drop the question mark: "What kind of con was it".
 _QUESTION_START = re.compile(r"^(what|how|why|where|when|who|which|did|do|does|are|is|was|were|have|has|will|can|could"
                              r"|would)\b")
+# Acts a question's own sentence may also do ("Congratulations, did you celebrate?").
+_ACTS_BESIDE_A_QUESTION = ("Congratulating the speaker", "Expressing sympathy")
 REPLY_ACT_LIMIT = 2
 """A goal built from the reply names at most this many of its acts (the first ones)."""
 
@@ -438,7 +440,7 @@ def reply_acts(reply: str) -> List[str]:
     for sentence in re.split(r"(?<=[.!?])\s+", _tidy(reply).lower()):
         if re.search(r"\?[?!.>\s]*$", sentence) or _QUESTION_START.match(sentence) and not sentence.endswith((".", "!")):
             # "Oh no, what happened?" sympathises and asks; "Did you win?" only asks.
-            found = [name for name, rule in REPLY_ACTS[:2] if rule.search(sentence)][:1]
+            found = [name for name, rule in REPLY_ACTS if name in _ACTS_BESIDE_A_QUESTION and rule.search(sentence)][:1]
             found.append(next((name for name, rule in QUESTION_ACTS if rule.search(sentence)), OTHER_QUESTION))
         else:
             found = [next((name for name, rule in REPLY_ACTS if name not in acts and rule.search(sentence)), "")]
@@ -472,8 +474,7 @@ def goal_names_a_reply_act(goal: str) -> bool:
     """Whether ``goal`` names an act of :func:`reply_acts` (as the first act, or a later
     one with "the speaker" as a pronoun), rather than only a label's goal."""
     goal = goal.lower()
-    names = [name for name, _ in (*REPLY_ACTS, *QUESTION_ACTS)] + [OTHER_QUESTION]
-    return any(form.lower() in goal for name in names for form in (name, _pronoun(name)))
+    return any(form in goal for form in _ACT_FORMS)
 
 
 def _pronoun(phrase: str) -> str:
@@ -481,6 +482,11 @@ def _pronoun(phrase: str) -> str:
     phrase = re.sub(r"\bthe speaker (could|will|is|feels)\b",
                     lambda m: "they " + {"is": "are", "feels": "feel"}.get(m.group(1), m.group(1)), phrase)
     return phrase.replace("the speaker's", "their").replace("the speaker", "them")
+
+
+# Each act as a goal writes it, first or later (lower case, then "the speaker" as a pronoun).
+_ACT_FORMS = tuple({form.lower() for name in [*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)), OTHER_QUESTION]
+                    for form in (name, _pronoun(name))})
 
 
 def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], speaker_turns: Sequence[str],

@@ -116,11 +116,11 @@ def test_reply_acts_read_what_the_reply_does():
     assert response_goal("sad", "", "Hello") == response_goal("sad") == GOALS["sad"] + "."
     assert response_goal("proud", "Should I throw a party?", "Congratulations! Are you going to celebrate?") == (
         "Giving the speaker advice while congratulating them and asking what they will do.")
+    assert response_goal("sad", "Why?", "I get it.") == (
+        "Answering the speaker's question while showing understanding of how they feel.")
     # The bench's test of a generated goal: an act, first or later with a pronoun, not a label's goal.
     assert goal_names_a_reply_act("Answering the speaker's question while congratulating them and asking what they will do.")
     assert goal_names_a_reply_act("expressing sympathy.")
-    assert response_goal("sad", "Why?", "I get it.") == (
-        "Answering the speaker's question while showing understanding of how they feel.")
     assert not goal_names_a_reply_act(GOALS["sad"]) and not goal_names_a_reply_act("Ensuring the speaker feels heard.")
 
 

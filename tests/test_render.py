@@ -63,8 +63,8 @@ def test_rendered_conversations_read_as_a_multimodal_avatar_dataset(tmp_path):
     assert first.response_audio.is_file() and first.response_video.is_file()
     assert first.listener_profile == pooled_profile("hit:1_conv:1", "listener")
     assert first.listener_profile["ID"].startswith("ed-listener-")
-    # The chain is stage 1's ED chain, all four steps built from the situation and the
-    # emotion, so the joint stage's targets keep every step of the Chain of Empathy.
+    # The chain is stage 1's ED chain, all four steps built from the situation, the emotion
+    # and the reply, so the joint stage's targets keep every step of the Chain of Empathy.
     assert (first.chain.event_scenario, first.chain.speaker_emotion) == ("The speaker won a prize in the school raffle.",
                                                                          "joyful")
     # The goal says what the reply does ("Congratulations! ...").
