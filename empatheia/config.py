@@ -388,6 +388,12 @@ class LossConfig:
     for a small core trained on a few thousand dialogues, a faint signal. The ``small``
     preset sets 1.0, which puts the emotion on a par with all the other target tokens
     together."""
+    chain_goal_weight: float = 0.0
+    """Weight of ``loss_chain_goal``, added to L_emp in stages 1 and 4: the mean token NLL
+    of the chain's goal step alone. 0 trains eq. 8 as the paper writes it. The goal is the
+    one step the dialogue does not spell out, and about 8 target tokens of 100; trained by
+    L_emp alone for 200 steps, the ``small`` core never wrote a goal it was shown
+    (docs/small_preset.md)."""
 
 
 @dataclass

@@ -445,7 +445,8 @@ class Empatheia(nn.Module, Responder):
 
         Returns ``loss`` and: stage 1 ``loss_emp`` (mean token NLL of the target, eq. 8)
         and, with ``loss.chain_emotion_weight`` > 0, ``loss_chain_emotion`` (see
-        :meth:`chain_emotion_loss`; stage 4 too), added with that weight;
+        :meth:`chain_emotion_loss`; stage 4 too), added with that weight, and likewise
+        ``loss_chain_goal`` (:meth:`chain_goal_loss`) with ``loss.chain_goal_weight``;
         stage 2 ``loss_ccl`` (eq. 9) with its speech/video parts and ``kl_content``;
         stage 3 ``loss_sac = loss_sal + loss_cls`` (eqs. 10-12) with their parts and
         ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13), and
@@ -470,6 +471,8 @@ class Empatheia(nn.Module, Responder):
             terms["loss_emp"] = self.language_modeling_loss(hidden, batch["labels"])
             if self.config.loss.chain_emotion_weight:
                 terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
+            if self.config.loss.chain_goal_weight:
+                terms["loss_chain_goal"] = self.chain_goal_loss(hidden, batch["labels"], batch["goal_mask"])
         if stage.computes(CCL):
             speech_lengths = batch["speech_content_mask"].sum(1)
             video_lengths = batch["video_content_mask"].sum(1)
@@ -536,6 +539,19 @@ class Empatheia(nn.Module, Responder):
             return hidden.sum() * 0.0
         logits = self._hf_model().get_output_embeddings()(hidden[rows[trained], cols[trained]])  # (R, V)
         return F.cross_entropy(logits.float(), following[trained])
+
+    def chain_goal_loss(self, hidden: torch.Tensor, labels: torch.Tensor, goal_mask: torch.Tensor) -> torch.Tensor:
+        """Mean token NLL of the chain's goal step alone: the target tokens marked in
+        ``goal_mask`` ``(B, L)``, each predicted from the hidden state ``(B, L, H)`` before
+        it. In L_emp the goal is about 8 target tokens of 100, and its words are the ones
+        the dialogue does not give away (the event and cause steps restate it). Rows
+        without a goal step are left out; with none at all the loss is 0 and still part
+        of the graph."""
+        targets = goal_mask[:, 1:] & (labels[:, 1:] != IGNORE_INDEX)
+        if not bool(targets.any()):
+            return hidden.sum() * 0.0
+        logits = self._hf_model().get_output_embeddings()(hidden[:, :-1][targets])
+        return F.cross_entropy(logits.float(), labels[:, 1:][targets])
 
     def content_losses(self, content: ContentOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Eq. 9: each modality's squared distance, summed over features, averaged over

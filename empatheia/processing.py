@@ -31,6 +31,7 @@ from .stages import Stage, get_stage
 
 IGNORE_INDEX = -100
 _EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
+_GOAL_STEP = dict(CHAIN_STEPS)["goal_to_response"]
 
 
 class MediaLookup(Protocol):
@@ -91,6 +92,9 @@ class EncodedExample:
     """``(L,)`` True on the one token after which the Chain of Empathy's emotion is
     written (its hidden state predicts the emotion's first token); all False when the
     target has no emotion step."""
+    goal_mask: torch.Tensor
+    """``(L,)`` True on the target tokens of the chain's goal step (its words after the
+    lead-in, up to the line break); all False when the target has no goal step."""
     response_chars: int
     first_turn: int
     """Index of the oldest turn kept after truncation."""
@@ -162,9 +166,9 @@ class EmpatheiaProcessor:
         return torch.repeat_interleave(ids, repeats)
 
     def _target_ids(self, target: Target, mode: PromptMode):
-        """Token ids of the target, with masks of the response's tokens and of the
-        emotion slot (see :attr:`EncodedExample.emotion_slot`)."""
-        text, start, end, emotion_at = "", 0, 0, -1
+        """Token ids of the target, with masks of the response's tokens, of the emotion
+        slot and of the goal step's tokens (see :class:`EncodedExample`)."""
+        text, start, end, emotion_at, goal = "", 0, 0, -1, (0, 0)
         if mode is PromptMode.PIPELINE:
             text = meta_text(target.emotion, target.profile)
             if target.emotion:
@@ -176,6 +180,9 @@ class EmpatheiaProcessor:
             if target.chain is not None and target.chain.speaker_emotion:
                 marker = f"{_EMOTION_STEP}:"
                 emotion_at = text.find(marker) + len(marker)
+            if target.chain is not None and str(target.chain.goal_to_response or "").strip():
+                at = text.find(f"{_GOAL_STEP}:") + len(_GOAL_STEP) + 1
+                goal = (at, text.index("\n", at))
         if mode not in (PromptMode.STYLE, PromptMode.MCOE):
             start = len(text)
             text += (target.response or "").strip()
@@ -190,6 +197,7 @@ class EmpatheiaProcessor:
         ids = torch.tensor(encoded["input_ids"], dtype=torch.long)
         offsets = torch.tensor(encoded["offset_mapping"], dtype=torch.long).view(-1, 2)
         response = (offsets[:, 0] < end) & (offsets[:, 1] > start)
+        goal_mask = (offsets[:, 0] < goal[1]) & (offsets[:, 1] > goal[0])
         slot = torch.zeros_like(response)
         if emotion_at > 0:
             # The emotion's first token is the first to end past the step's colon; the
@@ -200,7 +208,8 @@ class EmpatheiaProcessor:
             ids = torch.cat([ids, torch.tensor([self.ids.eos])])
             response = torch.cat([response, torch.tensor([False])])
             slot = torch.cat([slot, torch.tensor([False])])
-        return ids, response, slot, len((target.response or "").strip())
+            goal_mask = torch.cat([goal_mask, torch.tensor([False])])
+        return ids, response, slot, goal_mask, len((target.response or "").strip())
 
     # ------------------------------------------------------------------ examples
     def encode(
@@ -223,10 +232,10 @@ class EmpatheiaProcessor:
         prompt (:func:`~empatheia.prompts.user_message`)."""
         max_length = self.config.language_model.max_length
         if target is not None:
-            target_ids, response_mask, emotion_slot, response_chars = self._target_ids(target, mode)
+            target_ids, response_mask, emotion_slot, goal_mask, response_chars = self._target_ids(target, mode)
         else:
             target_ids = torch.zeros(0, dtype=torch.long)
-            response_mask = emotion_slot = torch.zeros(0, dtype=torch.bool)
+            response_mask = emotion_slot = goal_mask = torch.zeros(0, dtype=torch.bool)
             response_chars = 0
 
         def prompt_from(start: int) -> Tuple[torch.Tensor, int]:
@@ -280,6 +289,7 @@ class EmpatheiaProcessor:
             labels=torch.cat([torch.full_like(prompt_ids, IGNORE_INDEX), target_ids]),
             response_mask=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), response_mask]),
             emotion_slot=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), emotion_slot]),
+            goal_mask=torch.cat([torch.zeros_like(prompt_ids, dtype=torch.bool), goal_mask]),
             response_chars=response_chars,
             first_turn=start,
             audio=audio,
@@ -361,6 +371,7 @@ class EmpatheiaProcessor:
             "labels": pad([e.labels for e in examples], IGNORE_INDEX),
             "response_mask": pad([e.response_mask for e in examples], False),
             "emotion_slot": pad([e.emotion_slot for e in examples], False),
+            "goal_mask": pad([e.goal_mask for e in examples], False),
             "response_chars": torch.tensor([e.response_chars for e in examples]),
         }
         batch.update(collate_media([a for e in examples for a in e.audio], "audio", "audio_lengths"))

@@ -102,8 +102,10 @@ class Term:
     switches on (the model then does not compute it at all)."""
 
 
-# Added to L_emp where a preset asks for it (LossConfig.chain_emotion_weight; docs/model.md).
+# Added to L_emp where a preset asks for them (LossConfig.chain_emotion_weight and
+# chain_goal_weight; docs/model.md).
 _CHAIN_EMOTION = Term("chain_emotion", ("loss_chain_emotion",), "chain_emotion_weight", optional=True)
+_CHAIN_GOAL = Term("chain_goal", ("loss_chain_goal",), "chain_goal_weight", optional=True)
 
 
 @dataclass(frozen=True)
@@ -185,7 +187,7 @@ STAGES: Dict[int, Stage] = {
     stage.number: stage
     for stage in (
         Stage(1, "stage1_coe", "Chain-of-Empathy learning (§5.1)", ("lora", "signal_rows"), PromptMode.TEXT, (EMP,),
-              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION)),
+              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION, _CHAIN_GOAL)),
         Stage(2, "stage2_ccl", "content consistency learning (§5.2)", ("content_synchronizer",), PromptMode.TEXT, (CCL,),
               (Term("ccl", ("loss_ccl",)), Term("kl", ("kl_content",), "kl_weight"))),
         # The projectors train from stage 3, the first whose prompts carry speech and video;
@@ -196,7 +198,7 @@ STAGES: Dict[int, Stage] = {
         # Eq. 13 with L_sac = L_sal + L_cls split so each is logged; β weighs both.
         Stage(4, "stage4_joint", "joint MERG tuning (§5.4)", PARAMETER_GROUPS, PromptMode.FULL, (EMP, CCL, SAC),
               (Term("emp", ("loss_emp",)), Term("ccl", ("loss_ccl",), "alpha"), Term("sal", ("loss_sal",), "beta"),
-               Term("cls", ("loss_cls",), "beta"), Term("kl", ("kl_content", "kl_style"), "kl_weight"), _CHAIN_EMOTION)),
+               Term("cls", ("loss_cls",), "beta"), Term("kl", ("kl_content", "kl_style"), "kl_weight"), _CHAIN_EMOTION, _CHAIN_GOAL)),
     )
 }
 
@@ -210,7 +212,7 @@ VARIANT_STAGES: Dict[str, Stage] = {
         # preset's emotion term (at the written emotion) applies as in stage 1, so the two
         # systems differ in what they are, not in how the emotion token is weighted.
         Stage(1, "pipeline_text", "pipeline baseline text tuning (Appendix E.2)", ("lora",), PromptMode.PIPELINE, (EMP,),
-              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION)),
+              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION, _CHAIN_GOAL)),
         # MERIA (MM'25, shared/papers/000): the PDR's eight beta-VAE encoders alone on the
         # user's utterance features (eq. 1), then the M-CoE LLM (LoRA and the soft-prompt
         # MLPs) writing the multimodal chain, then the Response LLM (a second LoRA) writing

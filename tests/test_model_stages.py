@@ -258,6 +258,38 @@ def test_chain_emotion_term_leaves_out_slots_whose_emotion_is_not_a_target():
     torch.testing.assert_close(none_left["loss"], none_left["loss_emp"])
 
 
+def test_chain_goal_term_is_the_token_loss_of_the_goal_step_alone():
+    from empatheia import Empatheia
+    from empatheia.config import EmpatheiaConfig
+
+    model = Empatheia(EmpatheiaConfig.from_preset("tiny", {"loss.chain_goal_weight": 0.5})).eval()
+    dialogues = [make_dialogue(3, seed=0), make_dialogue(2, seed=1), make_dialogue(2, seed=2)]
+    dialogues[0].chain.goal_to_response = "Expressing sympathy and asking what happened."
+    dialogues[1].chain.goal_to_response = "Congratulating the speaker."
+    dialogues[2].chain.goal_to_response = None  # no goal step: nothing of it is marked
+    batch = full_batch(model, dialogues)
+    # The mask covers the goal's words exactly: not the lead-in's colon, not the line break.
+    for row, goal in ((0, "Expressing sympathy and asking what happened."), (1, "Congratulating the speaker.")):
+        assert model.tokenizer.decode(batch["input_ids"][row][batch["goal_mask"][row]]).strip() == goal
+    assert not batch["goal_mask"][2].any()
+    with torch.no_grad():
+        out1 = model(batch, stage=1)
+        out4 = model(batch, stage=4)
+        logits = model._hf_model()(inputs_embeds=model.embed_inputs(batch["input_ids"], *model.encode_media(batch)),
+                                   attention_mask=batch["attention_mask"]).logits
+        rows, cols = batch["goal_mask"].nonzero(as_tuple=True)
+        expected = torch.nn.functional.cross_entropy(logits[rows, cols - 1].float(), batch["input_ids"][rows, cols])
+        torch.testing.assert_close(out1["loss_chain_goal"], expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out1["loss"], out1["loss_emp"] + 0.5 * out1["loss_chain_goal"])
+        torch.testing.assert_close(out4["loss_chain_goal"], out1["loss_chain_goal"])
+        assert all("loss_chain_goal" not in model(batch, stage=s) for s in (2, 3))
+        # Off by default: eq. 8 as the paper writes it.
+        assert "loss_chain_goal" not in Empatheia(EmpatheiaConfig.from_preset("tiny")).eval()(batch, stage=1)
+        # No goal token left as a target gives 0, not NaN.
+        labels = batch["labels"].masked_fill(batch["goal_mask"], -100)
+        assert model({**batch, "labels": labels}, stage=1)["loss_chain_goal"] == 0
+
+
 def test_paper_eq_8_has_no_chain_emotion_term(model):
     from empatheia.config import EmpatheiaConfig
 
