@@ -8,14 +8,15 @@ targets (the situation as the event, the emotion; no cause, no goal) and the new
 the share of targets naming all four steps; the share whose event equals the speaker's
 first utterance, contains it word for word, or nearly copies it (difflib's word-sequence
 ratio 0.8 or more); the share of goals that name an act of a reply
-(``empatheia.chain_targets.reply_acts``) and the number of distinct goals; and the average
-words per step. Then five examples.
+(``empatheia.chain_targets.reply_acts``), the number of distinct goals, and of the goals
+naming acts the share whose reply does them all (for the targets, the gold reply, so
+100 %); and the average words per step. Then five examples.
 
     python bench/chain_targets.py --ed runs/small/ed/eval.jsonl \
         --predictions runs/small/eval_heldout_new/predictions.jsonl OTHER/predictions.jsonl
 
 With ``--predictions`` (``empatheia eval`` outputs on the same file) the same numbers of
-each file's generated chains follow as columns, on the examples they answered.
+each file's generated chains and replies follow as columns, on the examples they answered.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from statistics import fmean
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from empatheia.chain_targets import goal_names_a_reply_act  # noqa: E402
+from empatheia.chain_targets import goal_acts, reply_acts  # noqa: E402
 from empatheia.data import read_dataset  # noqa: E402
 from empatheia.evaluation.records import read_predictions  # noqa: E402
 from empatheia.prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete  # noqa: E402
@@ -40,8 +41,9 @@ def _norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def measure(chains, first_utterances):
-    """Shares and average lengths of ``chains`` against each example's first speaker turn."""
+def measure(chains, first_utterances, replies):
+    """Shares and average lengths of ``chains`` against each example's first speaker turn,
+    and whether each reply does what its chain's goal names."""
     events = [_norm(c.event_scenario or "") for c in chains]
     firsts = [_norm(u) for u in first_utterances]
     out = {
@@ -52,18 +54,24 @@ def measure(chains, first_utterances):
             difflib.SequenceMatcher(None, e.split(), u.split()).ratio() >= NEAR_COPY for e, u in zip(events, firsts)),
     }
     goals = [_norm(c.goal_to_response or "") for c in chains]
-    out["goal names a reply act"] = fmean(goal_names_a_reply_act(g) for g in goals)
+    acts = [goal_acts(g) for g in goals]
+    out["goal names a reply act"] = fmean(bool(a) for a in acts)
     out["distinct goals"] = len(set(g for g in goals if g))
+    planned = [(a, r) for a, r in zip(acts, replies) if a]
+    out["reply does the goal's acts"] = (fmean(set(a) <= set(reply_acts(r or "")) for a, r in planned)
+                                         if planned else None)
     for name, _ in CHAIN_STEPS:
         out[f"words: {name}"] = fmean(len((getattr(c, name) or "").split()) for c in chains)
     return out
 
 
 def _generated_chains(path: Path):
-    """``{id: ChainOfEmpathy}`` of the generated chains in an ``empatheia eval``
-    predictions file (an answer without one counts as a chain with no steps)."""
+    """``{id: (ChainOfEmpathy, reply)}`` of the generated chains and replies in an
+    ``empatheia eval`` predictions file (an answer without a chain counts as a chain with no
+    steps)."""
     fields = [name for name, _ in CHAIN_STEPS]
-    return {record["id"]: ChainOfEmpathy(**{name: (record.get("chain_of_empathy") or {}).get(name) for name in fields})
+    return {record["id"]: (ChainOfEmpathy(**{name: (record.get("chain_of_empathy") or {}).get(name) for name in fields}),
+                           record.get("text") or "")
             for record in read_predictions(path)}
 
 
@@ -98,9 +106,11 @@ def main() -> None:
     before = [ChainOfEmpathy(event_scenario=(d.context or "").strip() or None, speaker_emotion=d.emotion)
               for d in dialogues]
     after = [d.chain for d in dialogues]
-    columns = {"before": measure(before, firsts), "after": measure(after, firsts)}
-    for name, chains in zip(_column_names(args.predictions), generated):
-        columns[name] = measure([chains[d.id] for d in dialogues], firsts)
+    gold = [d.response for d in dialogues]
+    columns = {"before": measure(before, firsts, gold), "after": measure(after, firsts, gold)}
+    for name, answers in zip(_column_names(args.predictions), generated):
+        chains, replies = zip(*(answers[d.id] for d in dialogues))
+        columns[name] = measure(chains, firsts, replies)
     print(f"{len(dialogues)} examples of {corpus.conversations} conversations ({args.ed.name}); targets before and "
           f"after the rule-built steps" + (", then the generated chains of each --predictions file" if generated else ""))
     width = max(8, *(len(name) for name in columns))
@@ -108,7 +118,8 @@ def main() -> None:
     for key in columns["before"]:
         unit = (f"{{:{width}.3f}}" if key.startswith("words") else f"{{:{width}d}}" if key.startswith("distinct")
                 else f"{{:{width}.1%}}")
-        print(f"{key:44} " + " ".join(unit.format(values[key]) for values in columns.values()))
+        print(f"{key:44} " + " ".join(f"{'-':>{width}}" if values[key] is None else unit.format(values[key])
+                                      for values in columns.values()))
     step = max(1, len(dialogues) // max(1, args.examples))
     for d in dialogues[::step][: args.examples]:
         print(f"\n[{d.id}] situation: {d.context}")

@@ -470,11 +470,18 @@ def response_goal(emotion: Optional[str], last_speaker_turn: str = "", reply: Op
     return f"{lead} while {goal[0].lower()}{goal[1:]}."
 
 
-def goal_names_a_reply_act(goal: str) -> bool:
-    """Whether ``goal`` names an act of :func:`reply_acts` (as the first act, or a later
-    one with "the speaker" as a pronoun), rather than only a label's goal."""
+def goal_acts(goal: str) -> List[str]:
+    """The acts of :func:`reply_acts` that ``goal`` names (as the first act, or a later one
+    with "the speaker" as a pronoun), in the order it names them; none for a label's goal.
+    What a reply written after that goal should do."""
     goal = goal.lower()
-    return any(form in goal for form in _ACT_FORMS)
+    found = {goal.find(form): name for name, form in _ACT_FORMS if form in goal}
+    return list(dict.fromkeys(found[at] for at in sorted(found)))
+
+
+def goal_names_a_reply_act(goal: str) -> bool:
+    """Whether ``goal`` names an act of :func:`reply_acts`, rather than only a label's goal."""
+    return bool(goal_acts(goal))
 
 
 def _pronoun(phrase: str) -> str:
@@ -484,9 +491,11 @@ def _pronoun(phrase: str) -> str:
     return phrase.replace("the speaker's", "their").replace("the speaker", "them")
 
 
-# Each act as a goal writes it, first or later (lower case, then "the speaker" as a pronoun).
-_ACT_FORMS = tuple({form.lower() for name in [*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)), OTHER_QUESTION]
-                    for form in (name, _pronoun(name))})
+# Each act with the forms a goal writes it in, first or later (lower case, then "the
+# speaker" as a pronoun): (act, form) pairs.
+_ACT_FORMS = tuple(dict.fromkeys((name, form.lower()) for name in [*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)),
+                                                                   OTHER_QUESTION]
+                                 for form in (name, _pronoun(name))))
 
 
 def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], speaker_turns: Sequence[str],

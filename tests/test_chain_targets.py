@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from empatheia.chain_targets import (GOALS, complete_chain, emotion_cause, event_scenario, goal_names_a_reply_act,
-                                     reply_acts, response_goal, third_person)
+from empatheia.chain_targets import (GOALS, complete_chain, emotion_cause, event_scenario, goal_acts,
+                                     goal_names_a_reply_act, reply_acts, response_goal, third_person)
 from empatheia.data import avamerg_dialogue, read_dataset
 from empatheia.evaluation.scoring import score
 from empatheia.evaluation.text import chain_complete_share
@@ -100,6 +100,9 @@ def test_ed_goals_vary_with_the_reply(ed_examples):
     assert sum(not reply_acts(d.response) for d in dialogues) == 1222
     # A goal names the speaker once: later acts say "them" / "their" / "they".
     assert not any(d.chain.goal_to_response.count("the speaker") > 1 for d in dialogues)
+    # Each goal reads back as the acts it was built from (none for a label's goal): what the
+    # bench checks a generated reply against.
+    assert all(goal_acts(d.chain.goal_to_response) == reply_acts(d.response) for d in dialogues)
 
 
 def test_reply_acts_read_what_the_reply_does():
@@ -122,6 +125,9 @@ def test_reply_acts_read_what_the_reply_does():
     assert goal_names_a_reply_act("Answering the speaker's question while congratulating them and asking what they will do.")
     assert goal_names_a_reply_act("expressing sympathy.")
     assert not goal_names_a_reply_act(GOALS["sad"]) and not goal_names_a_reply_act("Ensuring the speaker feels heard.")
+    assert goal_acts("Giving the speaker advice while congratulating them and asking what they will do.") == [
+        "Congratulating the speaker", "Asking what the speaker will do"]
+    assert goal_acts("Asking why and expressing sympathy.") == ["Asking why", "Expressing sympathy"]
 
 
 def test_ed_responses_file_gets_the_same_chains(ed_examples):
@@ -311,7 +317,9 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     summarising = [{"id": "c1/1", "chain_of_empathy": {
                         "event_scenario": "The speaker lost their job.", "speaker_emotion": "sad",
                         "emotion_cause": "Losing the job", "goal_to_response": "Comforting the speaker"}},
-                   {"id": "c2/1", "chain_of_empathy": {"event_scenario": "The speaker won a prize."}}]
+                   {"id": "c2/1", "text": "Congratulations!", "chain_of_empathy": {
+                        "event_scenario": "The speaker won a prize.",
+                        "goal_to_response": "Congratulating the speaker and asking what they will do."}}]
     files = []
     for name, rows in (("copying", copying), ("summarising", summarising)):
         (tmp_path / name).mkdir()
@@ -328,9 +336,12 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     assert rows["all four steps"][2:] == ["0.0%", "50.0%"]
     assert rows["event == first utterance"][2:] == ["100.0%", "0.0%"]
     # The targets' goals say what the replies do ("I am so sorry.", "Congratulations!"); the
-    # summarising model's goal is only a label's.
-    assert rows["goal names a reply act"] == ["0.0%", "100.0%", "0.0%", "0.0%"]
-    assert rows["distinct goals"] == ["0", "2", "0", "1"]
+    # summarising model's first goal is only a label's.
+    assert rows["goal names a reply act"] == ["0.0%", "100.0%", "0.0%", "50.0%"]
+    assert rows["distinct goals"] == ["0", "2", "0", "2"]
+    # A reply must do every act its goal names: "Congratulations!" asks nothing. Without a
+    # goal naming an act there is nothing to check.
+    assert rows["reply does the goal's acts"] == ["-", "100.0%", "-", "0.0%"]
 
 
 def test_the_bench_tells_same_named_prediction_folders_apart(tmp_path):
