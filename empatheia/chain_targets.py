@@ -475,13 +475,8 @@ def goal_acts(goal: str) -> List[str]:
     with "the speaker" as a pronoun), in the order it names them; none for a label's goal.
     What a reply written after that goal should do."""
     goal = goal.lower()
-    found = {goal.find(form): name for name, form in _ACT_FORMS if form in goal}
-    return list(dict.fromkeys(found[at] for at in sorted(found)))
-
-
-def goal_names_a_reply_act(goal: str) -> bool:
-    """Whether ``goal`` names an act of :func:`reply_acts`, rather than only a label's goal."""
-    return bool(goal_acts(goal))
+    found = sorted((goal.find(form), name) for name, form in _ACT_FORMS if form in goal)
+    return list(dict.fromkeys(name for _, name in found))
 
 
 def _pronoun(phrase: str) -> str:
