@@ -123,10 +123,12 @@ def test_the_shipped_sentence_reader_reads_ed_labels():
     assert max(fine, key=fine.get) in {"sad", "devastated"}
 
 
-def test_the_recipe_fits_the_sentence_reader_by_cross_validation(tmp_path):
-    """fit_emotion_readers --readers text sentence on a small ED-style split: the L2
-    weight and the use of the situations are chosen by the 5 folds of the training split,
-    both readers are written, and the report says what was chosen and scored."""
+def test_the_recipe_fits_the_readers_of_words_by_cross_validation(tmp_path):
+    """fit_emotion_readers --readers text sentence on a small ED-style split: each reader's
+    L2 weight and use of the situations are chosen by the 5 folds of the training split
+    (the sentence reader by its own accuracy, the bag-of-words reader by the two readers'
+    product), both readers are fitted with what was chosen and written, and the report
+    says what was chosen and scored."""
     conversations = []
     for index in range(10):
         for label, texts in TEXTS.items():
@@ -144,17 +146,24 @@ def test_the_recipe_fits_the_sentence_reader_by_cross_validation(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
-    assert set(report) == {"text", "sentence", "shipped_bytes"}
-    sentence = report["sentence"]
-    assert sentence["train_examples"] == 40 and sentence["situations"] == 40
-    cross_validation = sentence["cross_validation"]
-    assert cross_validation["folds"] == 5 and len(cross_validation["sentence"]) == 8
+    assert set(report) == {"cross_validation", "text", "sentence", "shipped_bytes"}
+    cross_validation = report["cross_validation"]
+    assert cross_validation["folds"] == 5
+    assert len(cross_validation["sentence"]) == 8
+    assert set(cross_validation["bag_of_words"]) == set(cross_validation["product"])
+    assert len(cross_validation["bag_of_words"]) == 6
     chosen = cross_validation["chosen"]
-    best = max(score["accuracy_32"] for score in cross_validation["sentence"].values())
-    assert cross_validation["sentence"][chosen]["accuracy_32"] == best
-    assert sentence["fitted_on"] == (80 if "with situations" in chosen else 40)
-    assert 0.0 <= sentence["accuracy_32"] <= 1.0 and 0.0 <= sentence["with_bag_of_words_accuracy_7"] <= 1.0
-    assert [reader.name for reader in load_text_readers(out)] == ["text", "sentence"]
+    for reader, table in (("sentence", cross_validation["sentence"]), ("text", cross_validation["product"])):
+        assert table[chosen[reader]]["accuracy_32"] == max(score["accuracy_32"] for score in table.values())
+        assert report[reader]["settings"] == chosen[reader]
+        assert report[reader]["fitted_on"] == (80 if "with situations" in chosen[reader] else 40)
+        assert report[reader]["train_examples"] == 40
+    assert report["sentence"]["situations"] == 40
+    assert 0.0 <= report["sentence"]["accuracy_32"] <= 1.0
+    assert 0.0 <= report["sentence"]["with_bag_of_words_accuracy_7"] <= 1.0
+    saved = load_text_readers(out)
+    assert [reader.name for reader in saved] == ["text", "sentence"]
+    assert saved[0].model.l2 == float(chosen["text"].split(",")[0].removeprefix("l2 "))
 
 
 def test_the_recipe_names_what_a_reader_needs(tmp_path):

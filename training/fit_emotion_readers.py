@@ -10,15 +10,21 @@ words that ``small``'s chain is fused with), and score them.
 nor renderings).
 
 * Text (:class:`~empatheia.variants.readers.TextEmotionReader`): the bag-of-words
-  classifier fitted on the ED training split's examples (the speaker turns so far as text,
-  the conversation's ED label), scored on the held-out split over the 32 labels and, folded,
+  classifier of the ED training split's examples (the speaker turns so far as text, the
+  conversation's ED label), scored on the held-out split over the 32 labels and, folded,
   over the 7 classes. Saved with half-precision weights when that changes no held-out
   prediction, else in float32.
 * Sentence (:class:`~empatheia.variants.readers.SentenceEmotionReader`): a logistic
-  regression over the packaged MiniLM's embedding of the same texts, its L2 weight chosen
-  by a 5-fold cross-validation grouped by conversation on the training split alone (the
-  same folds report the bag-of-words reader and the two readers' product); then scored on
-  the held-out split, alone and with the bag-of-words reader. Saved in half precision.
+  regression over the packaged MiniLM's embedding of the same texts; scored on the
+  held-out split alone and with the bag-of-words reader. Saved in half precision.
+
+  Both readers of words take their settings (the L2 weight; whether ED's situations, the
+  speaker's own account of what happened, join the speaker turns as training texts) from
+  a 5-fold cross-validation grouped by conversation on the training split alone
+  (:func:`choose_words_settings`): the sentence reader by its own accuracy, the
+  bag-of-words reader by that of the two readers' product, which is what the chain's
+  emotion is fused with (so fitting either cross-validates both: about 9 min on 2 cores
+  for ED's split). The held-out split is only scored.
 * Prosody (:class:`~empatheia.variants.readers.ProsodyEmotionReader`): fitted on every
   speaker utterance of a rendered (AvaMERG-style) set, labelled with its conversation's
   folded emotion, except the conversations whose id hashes into a fixed 20 % slice
@@ -44,7 +50,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -87,46 +93,14 @@ def _argmax(distribution) -> str:
     return max(distribution, key=distribution.get)
 
 
-# ---------------------------------------------------------------------- text
-def fit_text(train_path: Path, eval_path: Path, out: Path) -> dict:
-    train, test = read_dataset(train_path), read_dataset(eval_path)
-    start = time.perf_counter()
-    reader = TextEmotionReader.fit([speaker_text(d) for d in train], [normalize_label(d.emotion) for d in train])
-    seconds = time.perf_counter() - start
-    texts = [speaker_text(d) for d in test]
-    gold_fine = [normalize_label(d.emotion) for d in test]
-    gold_coarse = [fold_emotion(label) for label in gold_fine]
-
-    def predictions(model: TextEmotionReader) -> Tuple[List[str], List[str]]:
-        fine = model.fine_probabilities(texts)
-        coarse = model.fold(fine)
-        return [model.labels[i] for i in fine.argmax(1).tolist()], [EMOTION_LABELS[i] for i in coarse.argmax(1).tolist()]
-
-    fine, coarse = predictions(reader)
-    if fine != reader.model.predict(texts):
-        raise RuntimeError("predict_proba's argmax disagrees with predict")
-    # Half precision halves the shipped file; keep it only if it changes no prediction.
-    dtype = torch.float16
-    reader.save(out, dtype)
-    if predictions(TextEmotionReader.load(out)) != (fine, coarse):
-        dtype = torch.float32
-        reader.save(out, dtype)
-    return {
-        "train_examples": len(train),
-        "eval_examples": len(test),
-        "ngrams": len(reader.model.vocabulary),
-        "fit_seconds": round(seconds, 1),
-        "weights_dtype": str(dtype).replace("torch.", ""),
-        "accuracy_32": _accuracy(fine, gold_fine),
-        "majority_32": _majority(gold_fine),
-        "accuracy_7": _accuracy(coarse, gold_coarse),
-        "majority_7": _majority(gold_coarse),
-    }
-
-
-# ---------------------------------------------------------------------- sentence
+# ---------------------------------------------------------------------- words
+TEXT_L2_GRID = (1e-5, 3e-5, 1e-4)
 SENTENCE_L2_GRID = (3e-5, 1e-4, 3e-4, 1e-3)
 CV_FOLDS = 5
+
+Setting = Tuple[float, bool]
+"""A reader of words' settings: its L2 weight, and whether ED's situations join the
+speaker turns as training texts."""
 
 
 def cv_fold(conversation_id: str, folds: int = CV_FOLDS) -> int:
@@ -148,68 +122,147 @@ def situations(dialogues) -> Tuple[List[str], List[str], List[str]]:
     return list(seen), [text for text, _ in seen.values()], [label for _, label in seen.values()]
 
 
-def fit_sentence(train_path: Path, eval_path: Path, out: Path, grid: Sequence[float] = SENTENCE_L2_GRID) -> dict:
-    """Fit the sentence reader on the training split with the settings that read best in
-    a 5-fold cross-validation grouped by conversation, on the training split alone: the
-    L2 weight, and whether ED's situations join the speaker turns as training texts
-    (scored on speaker turns only, what the reader reads in use). The same folds score the
-    bag-of-words reader and the two readers' product, which is what the chain's emotion is
-    fused with. The held-out split is only scored."""
-    train, test = read_dataset(train_path), read_dataset(eval_path)
-    texts = [speaker_text(d) for d in train]
-    labels = [normalize_label(d.emotion) for d in train]
-    names = sorted(set(labels))
-    folds = torch.tensor([cv_fold((d.id or "").rsplit("/", 1)[0]) for d in train])
-    told, told_texts, told_labels = situations(train)
-    told_folds = torch.tensor([cv_fold(conversation) for conversation in told])
-    start = time.perf_counter()
-    probe = SentenceEmotionReader(torch.zeros(1, len(names)), names)
-    embeddings, told_embeddings = probe.embed(texts), probe.embed(told_texts)
-    embed_seconds = time.perf_counter() - start
+def _named(setting: Setting) -> str:
+    return f"l2 {setting[0]:g}" + (", with situations" if setting[1] else "")
 
-    settings = [(l2, with_situations) for with_situations in (False, True) for l2 in grid]
-    sentence_scores = {key: torch.zeros(len(train), len(names)) for key in settings}  # (N, C) log-probabilities
-    bow_scores = torch.zeros(len(train), len(names))
+
+class WordsSplit:
+    """The training split as the readers of words see it: the examples' speaker turns and
+    labels, the conversations' situations, each with its cross-validation fold, and the
+    sentence embeddings of both once computed (:meth:`embed`)."""
+
+    def __init__(self, dialogues):
+        self.texts = [speaker_text(d) for d in dialogues]
+        self.labels = [normalize_label(d.emotion) for d in dialogues]
+        self.names = sorted(set(self.labels))
+        self.folds = torch.tensor([cv_fold((d.id or "").rsplit("/", 1)[0]) for d in dialogues])  # (N,)
+        told, self.told_texts, self.told_labels = situations(dialogues)
+        self.told_folds = torch.tensor([cv_fold(conversation) for conversation in told])  # (S,)
+        self.embeddings = self.told_embeddings = None
+        self.embed_seconds = 0.0
+
+    def embed(self) -> None:
+        start = time.perf_counter()
+        probe = SentenceEmotionReader(torch.zeros(1, len(self.names)), self.names)
+        self.embeddings, self.told_embeddings = probe.embed(self.texts), probe.embed(self.told_texts)
+        self.embed_seconds = time.perf_counter() - start
+
+    def fitting_set(self, with_situations: bool, kept: Optional[torch.Tensor] = None,
+                    told_kept: Optional[torch.Tensor] = None):
+        """``(texts, labels, embeddings or None)`` to fit on: the examples where ``kept``
+        (all by default), and the situations where ``told_kept`` when ``with_situations``."""
+        kept = torch.ones(len(self.texts), dtype=torch.bool) if kept is None else kept
+        told_kept = torch.ones(len(self.told_texts), dtype=torch.bool) if told_kept is None else told_kept
+        texts = [t for t, k in zip(self.texts, kept.tolist()) if k]
+        labels = [label for label, k in zip(self.labels, kept.tolist()) if k]
+        embeddings = None if self.embeddings is None else self.embeddings[kept]
+        if with_situations:
+            texts += [t for t, k in zip(self.told_texts, told_kept.tolist()) if k]
+            labels += [label for label, k in zip(self.told_labels, told_kept.tolist()) if k]
+            if embeddings is not None:
+                embeddings = torch.cat([embeddings, self.told_embeddings[told_kept]])
+        return texts, labels, embeddings
+
+    def accuracies(self, scores: torch.Tensor) -> Dict[str, float]:
+        """Accuracy over the 32 labels and, folded, the 7 classes of ``(N, C)`` scores over
+        :attr:`names`."""
+        chosen = [self.names[i] for i in scores.argmax(1).tolist()]
+        return {"accuracy_32": _accuracy(chosen, self.labels),
+                "accuracy_7": _accuracy([fold_emotion(c) for c in chosen], [fold_emotion(g) for g in self.labels])}
+
+
+def choose_words_settings(split: WordsSplit, text_grid: Sequence[float] = TEXT_L2_GRID,
+                          sentence_grid: Sequence[float] = SENTENCE_L2_GRID) -> Tuple[dict, Dict[str, Setting]]:
+    """Choose both readers of words' settings by a 5-fold cross-validation grouped by
+    conversation, on the training split alone (embedded: :meth:`WordsSplit.embed`), scored
+    on speaker turns only (what the readers read in use): the L2 weight and whether the
+    situations join the training texts. The sentence reader is chosen by its own accuracy
+    over the 32 labels, the bag-of-words reader by that of its product with the chosen
+    sentence reader, which is what the chain's emotion is fused with; so choosing either
+    cross-validates both. Returns the report and the settings by reader name."""
+    words = ("text", "sentence")
+    grids = {"text": text_grid, "sentence": sentence_grid}
+    settings = {reader: [(l2, told) for told in (False, True) for l2 in grids[reader]] for reader in words}
+    scores = {reader: {s: torch.zeros(len(split.texts), len(split.names)) for s in settings[reader]}
+              for reader in words}  # out-of-fold (N, C) log-probabilities
     for fold in tqdm(range(CV_FOLDS), desc="cross-validation", unit="fold"):
-        held, kept, told_kept = folds == fold, folds != fold, told_folds != fold
-        kept_texts = [t for t, k in zip(texts, kept.tolist()) if k]
-        kept_labels = [label for label, k in zip(labels, kept.tolist()) if k]
-        if sorted(set(kept_labels)) != names:
-            raise SystemExit(f"{train_path}: a cross-validation fold lacks a label; the split is too small")
-        bow = TextEmotionReader.fit(kept_texts, kept_labels)
-        bow_scores[held] = bow.fine_probabilities([t for t, h in zip(texts, held.tolist()) if h]).clamp_min(1e-12).log()
-        extra_texts = [t for t, k in zip(told_texts, told_kept.tolist()) if k]
-        extra_labels = [label for label, k in zip(told_labels, told_kept.tolist()) if k]
-        for l2, with_situations in settings:
-            if with_situations:
-                reader = SentenceEmotionReader.fit(kept_texts + extra_texts, kept_labels + extra_labels,
-                                                   embeddings=torch.cat([embeddings[kept], told_embeddings[told_kept]]),
-                                                   l2=l2)
-            else:
-                reader = SentenceEmotionReader.fit(kept_texts, kept_labels, embeddings=embeddings[kept], l2=l2)
-            scores = reader.probabilities_of_embeddings(embeddings[held]).clamp_min(1e-12).log()
-            sentence_scores[(l2, with_situations)][held] = scores
+        held, told_kept = split.folds == fold, split.told_folds != fold
+        held_texts = [t for t, h in zip(split.texts, held.tolist()) if h]
+        for reader in words:
+            for setting in settings[reader]:
+                texts, labels, embeddings = split.fitting_set(setting[1], ~held, told_kept)
+                if sorted(set(labels)) != split.names:
+                    raise SystemExit("a cross-validation fold lacks a label; the training split is too small")
+                if reader == "text":
+                    model = TextEmotionReader.fit(texts, labels, l2=setting[0])
+                    columns = [model.labels.index(name) for name in split.names]
+                    read = model.fine_probabilities(held_texts)[:, columns]
+                else:
+                    model = SentenceEmotionReader.fit(texts, labels, embeddings=embeddings, l2=setting[0])
+                    read = model.probabilities_of_embeddings(split.embeddings[held])
+                scores[reader][setting][held] = read.clamp_min(1e-12).log()
 
-    def accuracies(scores: torch.Tensor) -> Dict[str, float]:
-        chosen = scores.argmax(1).tolist()
-        return {"accuracy_32": _accuracy([names[i] for i in chosen], labels),
-                "accuracy_7": _accuracy([fold_emotion(names[i]) for i in chosen], [fold_emotion(g) for g in labels])}
+    def best(reader: str, rank) -> Setting:  # ties go to the stronger L2 weight
+        return max(settings[reader], key=lambda s: (rank(s), s[0]))
 
-    def named(key) -> str:
-        return f"l2 {key[0]:g}" + (", with situations" if key[1] else "")
+    report: dict = {"folds": CV_FOLDS,
+                    "sentence": {_named(s): split.accuracies(v) for s, v in scores["sentence"].items()},
+                    "bag_of_words": {_named(s): split.accuracies(v) for s, v in scores["text"].items()}}
+    chosen: Dict[str, Setting] = {}
+    chosen["sentence"] = best("sentence", lambda s: report["sentence"][_named(s)]["accuracy_32"])
+    with_sentence = scores["sentence"][chosen["sentence"]]
+    report["product"] = {_named(s): split.accuracies(v + with_sentence) for s, v in scores["text"].items()}
+    chosen["text"] = best("text", lambda s: report["product"][_named(s)]["accuracy_32"])
+    report["chosen"] = {reader: _named(setting) for reader, setting in chosen.items()}
+    return report, chosen
 
-    cross_validation = {"folds": CV_FOLDS, "bag_of_words": accuracies(bow_scores),
-                        "sentence": {named(key): accuracies(scores) for key, scores in sentence_scores.items()}}
-    best = max(settings, key=lambda key: (cross_validation["sentence"][named(key)]["accuracy_32"], -key[0]))
-    cross_validation["chosen"] = named(best)
-    cross_validation["product"] = accuracies(bow_scores + sentence_scores[best])
 
-    l2, with_situations = best
-    fit_texts, fit_labels, fit_embeddings = texts, labels, embeddings
-    if with_situations:
-        fit_texts, fit_labels = texts + told_texts, labels + told_labels
-        fit_embeddings = torch.cat([embeddings, told_embeddings])
-    reader = SentenceEmotionReader.fit(fit_texts, fit_labels, embeddings=fit_embeddings, l2=l2)
+def fit_text(split: WordsSplit, test, out: Path, setting: Setting) -> dict:
+    """Fit the bag-of-words reader on the whole training split with ``setting``, save it
+    and score it on the held-out dialogues ``test``."""
+    texts, labels, _ = split.fitting_set(setting[1])
+    start = time.perf_counter()
+    reader = TextEmotionReader.fit(texts, labels, l2=setting[0])
+    seconds = time.perf_counter() - start
+    test_texts = [speaker_text(d) for d in test]
+    gold_fine = [normalize_label(d.emotion) for d in test]
+    gold_coarse = [fold_emotion(label) for label in gold_fine]
+
+    def predictions(model: TextEmotionReader) -> Tuple[List[str], List[str]]:
+        fine = model.fine_probabilities(test_texts)
+        coarse = model.fold(fine)
+        return [model.labels[i] for i in fine.argmax(1).tolist()], [EMOTION_LABELS[i] for i in coarse.argmax(1).tolist()]
+
+    fine, coarse = predictions(reader)
+    if fine != reader.model.predict(test_texts):
+        raise RuntimeError("predict_proba's argmax disagrees with predict")
+    # Half precision halves the shipped file; keep it only if it changes no prediction.
+    dtype = torch.float16
+    reader.save(out, dtype)
+    if predictions(TextEmotionReader.load(out)) != (fine, coarse):
+        dtype = torch.float32
+        reader.save(out, dtype)
+    return {
+        "train_examples": len(split.texts),
+        "settings": _named(setting),
+        "fitted_on": len(texts),
+        "eval_examples": len(test),
+        "ngrams": len(reader.model.vocabulary),
+        "fit_seconds": round(seconds, 1),
+        "weights_dtype": str(dtype).replace("torch.", ""),
+        "accuracy_32": _accuracy(fine, gold_fine),
+        "majority_32": _majority(gold_fine),
+        "accuracy_7": _accuracy(coarse, gold_coarse),
+        "majority_7": _majority(gold_coarse),
+    }
+
+
+def fit_sentence(split: WordsSplit, test, out: Path, setting: Setting) -> dict:
+    """Fit the sentence reader on the whole training split with ``setting``, save it in
+    half precision and score what ships on the held-out dialogues ``test``, alone and with
+    the bag-of-words reader in ``out`` when there is one."""
+    texts, labels, embeddings = split.fitting_set(setting[1])
+    reader = SentenceEmotionReader.fit(texts, labels, embeddings=embeddings, l2=setting[0])
     reader.save(out, torch.float16)
     reader = SentenceEmotionReader.load(out)  # score what ships: the half-precision weights
     test_texts = [speaker_text(d) for d in test]
@@ -223,13 +276,13 @@ def fit_sentence(train_path: Path, eval_path: Path, out: Path, grid: Sequence[fl
         both = both + bow.fine_probabilities(test_texts)[:, columns].clamp_min(1e-12).log()
     together = [reader.labels[i] for i in both.argmax(1).tolist()]
     return {
-        "train_examples": len(train),
-        "situations": len(told),
-        "fitted_on": len(fit_texts),
+        "train_examples": len(split.texts),
+        "situations": len(split.told_texts),
+        "settings": _named(setting),
+        "fitted_on": len(texts),
         "eval_examples": len(test),
         "encoder": reader.encoder,
-        "embed_seconds": round(embed_seconds, 1),
-        "cross_validation": cross_validation,
+        "embed_seconds": round(split.embed_seconds, 1),
         "accuracy_32": _accuracy(chosen, test_gold),
         "accuracy_7": _accuracy([fold_emotion(c) for c in chosen], [fold_emotion(g) for g in test_gold]),
         "with_bag_of_words_accuracy_32": _accuracy(together, test_gold),
@@ -353,10 +406,13 @@ def main(argv=None) -> None:
         if not path.is_dir():
             raise SystemExit(f"{path}: no such folder")
     report = {}
-    if "text" in args.readers:
-        report["text"] = fit_text(args.ed_train, args.ed_eval, args.out)
-    if "sentence" in args.readers:
-        report["sentence"] = fit_sentence(args.ed_train, args.ed_eval, args.out)
+    if {"text", "sentence"} & set(args.readers):
+        split, test = WordsSplit(read_dataset(args.ed_train)), read_dataset(args.ed_eval)
+        split.embed()
+        report["cross_validation"], chosen = choose_words_settings(split)
+        for reader, fit in (("text", fit_text), ("sentence", fit_sentence)):
+            if reader in args.readers:
+                report[reader] = fit(split, test, args.out, chosen[reader])
     if "prosody" in args.readers:
         report["prosody"] = fit_prosody(args.rendered, args.speech_clips, args.out)
     if "face" in args.readers:
