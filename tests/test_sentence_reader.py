@@ -152,6 +152,9 @@ def test_the_recipe_fits_the_readers_of_words_by_cross_validation(tmp_path):
     assert len(cross_validation["sentence"]) == 8
     assert set(cross_validation["bag_of_words"]) == set(cross_validation["product"])
     assert len(cross_validation["bag_of_words"]) == 6
+    # The product reads with the sentence reader: on this split it scores otherwise than
+    # the bag-of-words reader alone for the settings without the situations.
+    assert cross_validation["product"] != cross_validation["bag_of_words"]
     chosen = cross_validation["chosen"]
     for reader, table in (("sentence", cross_validation["sentence"]), ("text", cross_validation["product"])):
         assert table[chosen[reader]]["accuracy_32"] == max(score["accuracy_32"] for score in table.values())
@@ -164,6 +167,9 @@ def test_the_recipe_fits_the_readers_of_words_by_cross_validation(tmp_path):
     saved = load_text_readers(out)
     assert [reader.name for reader in saved] == ["text", "sentence"]
     assert saved[0].model.l2 == float(chosen["text"].split(",")[0].removeprefix("l2 "))
+    # Only the situations say "it was": the saved reader knows the bigram exactly when it
+    # was fitted on them.
+    assert ("it was" in saved[0].model.vocabulary) == ("with situations" in chosen["text"])
 
 
 def test_the_recipe_names_what_a_reader_needs(tmp_path):

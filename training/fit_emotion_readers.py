@@ -127,40 +127,38 @@ def _named(setting: Setting) -> str:
 
 
 class WordsSplit:
-    """The training split as the readers of words see it: the examples' speaker turns and
-    labels, the conversations' situations, each with its cross-validation fold, and the
-    sentence embeddings of both once computed (:meth:`embed`)."""
+    """The training split read from ``path`` as the readers of words see it: the examples'
+    speaker turns and labels, the conversations' situations, each with its
+    cross-validation fold, and the sentence embeddings of both (both readers' settings are
+    chosen together, so the embeddings are always needed)."""
 
-    def __init__(self, dialogues):
+    def __init__(self, path: Path):
+        dialogues = read_dataset(path)
+        self.path = path
         self.texts = [speaker_text(d) for d in dialogues]
         self.labels = [normalize_label(d.emotion) for d in dialogues]
         self.names = sorted(set(self.labels))
         self.folds = torch.tensor([cv_fold((d.id or "").rsplit("/", 1)[0]) for d in dialogues])  # (N,)
         told, self.told_texts, self.told_labels = situations(dialogues)
         self.told_folds = torch.tensor([cv_fold(conversation) for conversation in told])  # (S,)
-        self.embeddings = self.told_embeddings = None
-        self.embed_seconds = 0.0
-
-    def embed(self) -> None:
         start = time.perf_counter()
         probe = SentenceEmotionReader(torch.zeros(1, len(self.names)), self.names)
-        self.embeddings, self.told_embeddings = probe.embed(self.texts), probe.embed(self.told_texts)
+        self.embeddings, self.told_embeddings = probe.embed(self.texts), probe.embed(self.told_texts)  # (N, D), (S, D)
         self.embed_seconds = time.perf_counter() - start
 
     def fitting_set(self, with_situations: bool, kept: Optional[torch.Tensor] = None,
-                    told_kept: Optional[torch.Tensor] = None):
-        """``(texts, labels, embeddings or None)`` to fit on: the examples where ``kept``
-        (all by default), and the situations where ``told_kept`` when ``with_situations``."""
+                    told_kept: Optional[torch.Tensor] = None) -> Tuple[List[str], List[str], torch.Tensor]:
+        """``(texts, labels, embeddings)`` to fit on: the examples where ``kept`` (all by
+        default), and the situations where ``told_kept`` when ``with_situations``."""
         kept = torch.ones(len(self.texts), dtype=torch.bool) if kept is None else kept
         told_kept = torch.ones(len(self.told_texts), dtype=torch.bool) if told_kept is None else told_kept
         texts = [t for t, k in zip(self.texts, kept.tolist()) if k]
         labels = [label for label, k in zip(self.labels, kept.tolist()) if k]
-        embeddings = None if self.embeddings is None else self.embeddings[kept]
+        embeddings = self.embeddings[kept]
         if with_situations:
             texts += [t for t, k in zip(self.told_texts, told_kept.tolist()) if k]
             labels += [label for label, k in zip(self.told_labels, told_kept.tolist()) if k]
-            if embeddings is not None:
-                embeddings = torch.cat([embeddings, self.told_embeddings[told_kept]])
+            embeddings = torch.cat([embeddings, self.told_embeddings[told_kept]])
         return texts, labels, embeddings
 
     def accuracies(self, scores: torch.Tensor) -> Dict[str, float]:
@@ -174,7 +172,7 @@ class WordsSplit:
 def choose_words_settings(split: WordsSplit, text_grid: Sequence[float] = TEXT_L2_GRID,
                           sentence_grid: Sequence[float] = SENTENCE_L2_GRID) -> Tuple[dict, Dict[str, Setting]]:
     """Choose both readers of words' settings by a 5-fold cross-validation grouped by
-    conversation, on the training split alone (embedded: :meth:`WordsSplit.embed`), scored
+    conversation, on the training split alone, scored
     on speaker turns only (what the readers read in use): the L2 weight and whether the
     situations join the training texts. The sentence reader is chosen by its own accuracy
     over the 32 labels, the bag-of-words reader by that of its product with the chosen
@@ -192,7 +190,7 @@ def choose_words_settings(split: WordsSplit, text_grid: Sequence[float] = TEXT_L
             for setting in settings[reader]:
                 texts, labels, embeddings = split.fitting_set(setting[1], ~held, told_kept)
                 if sorted(set(labels)) != split.names:
-                    raise SystemExit("a cross-validation fold lacks a label; the training split is too small")
+                    raise SystemExit(f"{split.path}: a cross-validation fold lacks a label; the split is too small")
                 if reader == "text":
                     model = TextEmotionReader.fit(texts, labels, l2=setting[0])
                     columns = [model.labels.index(name) for name in split.names]
@@ -407,8 +405,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"{path}: no such folder")
     report = {}
     if {"text", "sentence"} & set(args.readers):
-        split, test = WordsSplit(read_dataset(args.ed_train)), read_dataset(args.ed_eval)
-        split.embed()
+        split, test = WordsSplit(args.ed_train), read_dataset(args.ed_eval)
         report["cross_validation"], chosen = choose_words_settings(split)
         for reader, fit in (("text", fit_text), ("sentence", fit_sentence)):
             if reader in args.readers:
