@@ -10,7 +10,8 @@ first utterance, contains it word for word, or nearly copies it (difflib's word-
 ratio 0.8 or more); the share of goals that name an act of a reply
 (``empatheia.chain_targets.reply_acts``), the number of distinct goals, and of the goals
 naming acts the share whose reply does them all (for the targets, the gold reply, so
-100 %); and the average words per step. Then five examples.
+100 %); the average words per step; the number of distinct replies and the share opening
+with the commonest four words (for the targets, the gold replies). Then five examples.
 
     python bench/chain_targets.py --ed runs/small/ed/eval.jsonl \
         --predictions runs/small/eval_heldout_new/predictions.jsonl OTHER/predictions.jsonl
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+from collections import Counter
 import sys
 from pathlib import Path
 from statistics import fmean
@@ -35,6 +37,7 @@ from empatheia.evaluation.records import read_predictions  # noqa: E402
 from empatheia.prompts import CHAIN_STEPS, ChainOfEmpathy, chain_is_complete  # noqa: E402
 
 NEAR_COPY = 0.8
+OPENING_WORDS = 4
 
 
 def _norm(text: str) -> str:
@@ -62,7 +65,18 @@ def measure(chains, first_utterances, replies):
                                          if planned else None)
     for name, _ in CHAIN_STEPS:
         out[f"words: {name}"] = fmean(len((getattr(c, name) or "").split()) for c in chains)
+    texts = [_norm(r or "") for r in replies]
+    out["distinct replies"] = len(set(texts))
+    opening, count = commonest_opening(texts)
+    out[f"replies opening with the commonest {OPENING_WORDS} words"] = count / len(texts)
+    out["commonest opening"] = opening
     return out
+
+
+def commonest_opening(replies):
+    """The commonest first ``OPENING_WORDS`` words of ``replies`` (lower-cased) and how many
+    replies open with them: a reply a person reads as formulaic shows here first."""
+    return Counter(" ".join(r.split()[:OPENING_WORDS]) for r in replies).most_common(1)[0]
 
 
 def _generated_chains(path: Path):
@@ -115,11 +129,13 @@ def main() -> None:
           f"after the rule-built steps" + (", then the generated chains of each --predictions file" if generated else ""))
     width = max(8, *(len(name) for name in columns))
     print(f"{'':44} " + " ".join(f"{name:>{width}}" for name in columns))
-    for key in columns["before"]:
+    for key in [k for k in columns["before"] if k != "commonest opening"]:
         unit = (f"{{:{width}.3f}}" if key.startswith("words") else f"{{:{width}d}}" if key.startswith("distinct")
                 else f"{{:{width}.1%}}")
         print(f"{key:44} " + " ".join(f"{'-':>{width}}" if values[key] is None else unit.format(values[key])
                                       for values in columns.values()))
+    for name, values in columns.items():
+        print(f"commonest opening, {name}: {values['commonest opening']!r}")
     step = max(1, len(dialogues) // max(1, args.examples))
     for d in dialogues[::step][: args.examples]:
         print(f"\n[{d.id}] situation: {d.context}")

@@ -344,6 +344,10 @@ def test_the_bench_measures_generated_chains_beside_the_targets(tmp_path):
     # A reply must do every act its goal names: "Congratulations!" asks nothing. Without a
     # goal naming an act there is nothing to check.
     assert rows["reply does the goal's acts"] == ["-", "100.0%", "-", "0.0%"]
+    # Variety: the copying model says "I see." to both, the summarising one differs.
+    assert rows["distinct replies"] == ["2", "2", "1", "2"]
+    assert rows["replies opening with the commonest 4 words"] == ["50.0%", "50.0%", "100.0%", "50.0%"]
+    assert "commonest opening, copying: 'i see.'" in lines
 
 
 def test_the_bench_tells_same_named_prediction_folders_apart(tmp_path):
