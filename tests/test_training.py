@@ -203,24 +203,12 @@ def test_unknown_config_keys_and_bad_values_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"expected key=value"):
         load_train_config(base, ["max_steps"])
     assert load_train_config(base, ["optim.learning_rate=1e-4"]).optim.learning_rate == 1e-4  # YAML's "1e-4" string
-    with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of: must be a positive integer or null, got 0"):
+    with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of: must be a positive integer, got 0"):
         load_train_config(base, ["data.pad_to_multiple_of=0"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: stage1_coe\nstage: 1\ndata: {train: x.jsonl, shuffle: true}\n")
     with pytest.raises(ConfigError, match=rf"{bad}: unknown config key 'data.shuffle'"):
         load_train_config(bad)
-
-
-def test_batches_are_padded_to_64_tokens_on_the_cpu_unless_the_config_says(tmp_path, avatar):
-    from empatheia.training.data import padding_multiple
-
-    train, _ = avatar
-    config = tiny_config(1, tmp_path / "run", train)
-    assert config.data.pad_to_multiple_of is None
-    assert padding_multiple(config, torch.device("cpu")) == 64
-    assert padding_multiple(config, torch.device("cuda")) == 1
-    config.data.pad_to_multiple_of = 8
-    assert padding_multiple(config, torch.device("cpu")) == padding_multiple(config, torch.device("cuda")) == 8
 
 
 def test_deepspeed_files_that_contradict_the_stage_config_are_refused(tmp_path, avatar):

@@ -23,8 +23,6 @@ from ..labels import LabelSets
 from ..stages import Stage, get_stage
 from .config import ConfigError, DataSection, TrainConfig
 
-CPU_PADDING_MULTIPLE = 64
-
 
 @dataclass
 class StageData:
@@ -215,21 +213,12 @@ class StepBatchSampler(Sampler[List[int]]):
             step += 1
 
 
-def padding_multiple(config: TrainConfig, device: torch.device) -> int:
-    """What the batches' token rows are padded to a multiple of (``data.pad_to_multiple_of``;
-    ``None``: 64 on the CPU, 1 on a GPU)."""
-    if config.data.pad_to_multiple_of is not None:
-        return config.data.pad_to_multiple_of
-    return 1 if device.type == "cuda" else CPU_PADDING_MULTIPLE
-
-
-def train_loader(dataset: StageDataset, config: TrainConfig, rank: int, world_size: int, start: int,
-                 pad_to_multiple_of: int = 1) -> DataLoader:
+def train_loader(dataset: StageDataset, config: TrainConfig, rank: int, world_size: int, start: int) -> DataLoader:
     sampler = StepBatchSampler(len(dataset), config.optim.batch_size, rank, world_size, config.seed, start)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
-        collate_fn=dataset.collator(pad_to_multiple_of),
+        collate_fn=dataset.collator(config.data.pad_to_multiple_of),
         num_workers=config.data.num_workers,
         persistent_workers=config.data.num_workers > 0,
         # Workers' seeds come from this generator, not the global RNG, whose state the

@@ -24,7 +24,7 @@ from ..modeling import Empatheia
 from ..stages import get_stage
 from . import checkpoint as ckpt
 from .config import ConfigError, TrainConfig
-from .data import StageData, eval_batches, padding_multiple, to_device, train_loader
+from .data import StageData, eval_batches, to_device, train_loader
 from .start import FAILED_NAME
 from .distributed import (
     ProcessInfo,
@@ -128,8 +128,7 @@ def _train(
     )
     log.skipped(data.skipped.skipped)
 
-    loader = train_loader(data.train, config, proc.rank, proc.world_size, start=state.micro_steps,
-                          pad_to_multiple_of=padding_multiple(config, proc.device))
+    loader = train_loader(data.train, config, proc.rank, proc.world_size, start=state.micro_steps)
     batches = iter(loader)
     progress = tqdm(
         total=config.max_steps,
@@ -442,7 +441,7 @@ def _mean(window: List[Dict[str, float]]) -> Dict[str, float]:
 def evaluate(engine, data: StageData, config: TrainConfig, proc: ProcessInfo) -> Dict[str, float]:
     """Mean loss terms over ``data.eval``, over all processes."""
     engine.eval()
-    collate = data.eval.collator(padding_multiple(config, proc.device))
+    collate = data.eval.collator(config.data.pad_to_multiple_of)
     sums: Dict[str, float] = {}
     count = 0.0
     for indices, counts in eval_batches(len(data.eval), config.optim.batch_size, proc.rank, proc.world_size):
