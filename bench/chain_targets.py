@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections import Counter
 import sys
+from collections import Counter
 from pathlib import Path
 from statistics import fmean
 
