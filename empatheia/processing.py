@@ -356,25 +356,15 @@ class EmpatheiaProcessor:
         return frames_to_clip_input(frames, cfg.image_size, cfg.mean, cfg.std)
 
     # ------------------------------------------------------------------ batches
-    def collate(self, examples: Sequence[EncodedExample], padding_side: str = "right",
-                pad_to_multiple_of: int = 1) -> Dict[str, torch.Tensor]:
-        """The examples' token rows padded to one length ``(B, L)``: the longest, rounded
-        up to a multiple of ``pad_to_multiple_of``."""
+    def collate(self, examples: Sequence[EncodedExample], padding_side: str = "right") -> Dict[str, torch.Tensor]:
         left = padding_side == "left"
-        ids = [e.input_ids for e in examples]
-        longest = max(len(i) for i in ids)
-        extra = -(-longest // pad_to_multiple_of) * pad_to_multiple_of - longest
 
         def pad(seqs, value):
             if left:
-                rows = pad_sequence([s.flip(0) for s in seqs], batch_first=True, padding_value=value).flip(1)
-            else:
-                rows = pad_sequence(list(seqs), batch_first=True, padding_value=value)
-            if not extra:
-                return rows
-            filler = torch.full((rows.shape[0], extra), value, dtype=rows.dtype)
-            return torch.cat([filler, rows] if left else [rows, filler], dim=1)
+                return pad_sequence([s.flip(0) for s in seqs], batch_first=True, padding_value=value).flip(1)
+            return pad_sequence(list(seqs), batch_first=True, padding_value=value)
 
+        ids = [e.input_ids for e in examples]
         batch = {
             "input_ids": pad(ids, self.ids.pad),
             "attention_mask": pad([torch.ones_like(i) for i in ids], 0),

@@ -164,31 +164,6 @@ def decode_parts(model, batch, row):
     return prompt, target
 
 
-# ---------------------------------------------------------------------- padding
-@pytest.mark.parametrize("stage", [1, 4])
-def test_rows_padded_to_a_multiple_train_exactly_as_the_longest(model, corpus, store, stage):
-    dataset = StageDataset(corpus, model.processor, stage, gold_features=store)
-    items = [dataset[0], dataset[1]]
-    tight, rounded = StageCollator(model.processor)(items), dataset.collator(pad_to_multiple_of=64)(items)
-    longest = tight["input_ids"].shape[1]
-    assert longest % 64 and rounded["input_ids"].shape[1] == -(-longest // 64) * 64
-    fill = {"input_ids": model.processor.ids.pad, "attention_mask": 0, "labels": IGNORE_INDEX,
-            "response_mask": False, "emotion_slot": False, "goal_mask": False}
-    for key, value in fill.items():
-        assert torch.equal(rounded[key][:, :longest], tight[key]), key
-        assert (rounded[key][:, longest:] == value).all(), key
-    # left padding (generation, the prefix variants) puts the filler before the rows
-    left = model.processor.collate([e.encoded for e in items], padding_side="left", pad_to_multiple_of=64)
-    assert torch.equal(left["input_ids"][:, -longest:], model.processor.collate([e.encoded for e in items], "left")["input_ids"])
-    assert (left["attention_mask"][:, : left["input_ids"].shape[1] - longest] == 0).all()
-    model.eval()
-    with torch.no_grad():
-        a, b = model(tight, stage=stage), model(rounded, stage=stage)
-    assert a.keys() == b.keys() and "loss" in a
-    for name in a:
-        torch.testing.assert_close(b[name], a[name], rtol=1e-4, atol=1e-5, msg=name)
-
-
 # ---------------------------------------------------------------------- per stage
 def test_corpus_reads_every_turn_with_its_media(corpus):
     assert [d.id for d in corpus] == ["00042/0", "00042/1"]

@@ -203,8 +203,6 @@ def test_unknown_config_keys_and_bad_values_name_the_key(tmp_path):
     with pytest.raises(ConfigError, match=r"expected key=value"):
         load_train_config(base, ["max_steps"])
     assert load_train_config(base, ["optim.learning_rate=1e-4"]).optim.learning_rate == 1e-4  # YAML's "1e-4" string
-    with pytest.raises(ConfigError, match=r"data.pad_to_multiple_of: must be a positive integer, got 0"):
-        load_train_config(base, ["data.pad_to_multiple_of=0"])
     bad = tmp_path / "bad.yaml"
     bad.write_text("recipe: stage1_coe\nstage: 1\ndata: {train: x.jsonl, shuffle: true}\n")
     with pytest.raises(ConfigError, match=rf"{bad}: unknown config key 'data.shuffle'"):
@@ -360,9 +358,8 @@ def test_an_existing_run_is_not_overwritten_and_resume_keeps_its_settings(tmp_pa
         recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=2))
     with pytest.raises(ConfigError, match=r"differs from this config in \['optim'\]"):
         recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, **{"optim.learning_rate": 5e-3}), resume=True)
-    # Growing max_steps continues the same run; the rows' rounding computes the same steps.
-    result = recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1,
-                                    **{"data.pad_to_multiple_of": 16}), resume=True)
+    # Growing max_steps continues the same run.
+    result = recipe.run(tiny_config(1, tmp_path / "run", train, max_steps=4, save_steps=1), resume=True)
     assert result.state.step == 4
     assert [row["step"] for row in read_metrics(tmp_path / "run")] == [1, 2, 3, 4]
 

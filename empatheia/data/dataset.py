@@ -140,9 +140,9 @@ class StageDataset(Dataset):
         """The stage's prompt layout."""
         return self.stage.layout
 
-    def collator(self, pad_to_multiple_of: int = 1) -> "StageCollator":
+    def collator(self) -> "StageCollator":
         """What batches its examples (the training loop asks each dataset)."""
-        return StageCollator(self.processor, pad_to_multiple_of)
+        return StageCollator(self.processor)
 
     def __len__(self) -> int:
         return len(self.dialogues) + len(self.text_dialogues)
@@ -249,13 +249,11 @@ class StageCollator:
     Gold content features are zero-padded to the longest in the batch with a mask; style
     features and labels are stacked. A text dialogue without gold features (stage 4's
     ``text_dialogues``) gets one zero content row with a False mask and a zero style row,
-    and ``style_target_mask`` ``(B,)`` marks which items have style targets. The token rows
-    are padded to a multiple of ``pad_to_multiple_of`` (``data.pad_to_multiple_of``).
+    and ``style_target_mask`` ``(B,)`` marks which items have style targets.
     """
 
-    def __init__(self, processor: EmpatheiaProcessor, pad_to_multiple_of: int = 1):
+    def __init__(self, processor: EmpatheiaProcessor):
         self.processor = processor
-        self.pad_to_multiple_of = pad_to_multiple_of
 
     def _widths(self) -> Dict[str, int]:
         config = self.processor.config
@@ -272,8 +270,7 @@ class StageCollator:
         examples = [item for item in items if not isinstance(item, SkippedSample)]
         if not examples:
             return {"skipped": skipped}
-        batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples],
-                                                          pad_to_multiple_of=self.pad_to_multiple_of)
+        batch: Dict[str, object] = self.processor.collate([e.encoded for e in examples])
         batch["ids"] = [e.id for e in examples]
         names = list(dict.fromkeys(name for e in examples for name in e.features))
         if any(not e.features and e.stage is not None and e.stage.gold_features for e in examples):

@@ -81,10 +81,6 @@ class DataSection:
     """``raise`` at the first unusable example, or ``skip`` it and list it in
     ``skipped.jsonl``."""
     num_workers: int = 0
-    pad_to_multiple_of: int = 1
-    """Each batch's token rows are padded to a multiple of this many tokens (1: to the
-    longest example). Every loss term is the same either way; only the batch tensors'
-    lengths change."""
     mcoe: Optional[str] = None
     """MERIA: the multimodal chains of ``train`` (and ``eval``) by dialogue id, a JSONL
     file from ``empatheia variants mcoe``: the M-CoE stage's targets and what the Response
@@ -159,9 +155,6 @@ class TrainConfig:
             value = get_key(self, key)
             if not isinstance(value, int) or value < 1:
                 raise bad(key, f"must be a positive integer, got {value!r}")
-        padding = self.data.pad_to_multiple_of
-        if not isinstance(padding, int) or isinstance(padding, bool) or padding < 1:
-            raise bad("data.pad_to_multiple_of", f"must be a positive integer, got {padding!r}")
         if self.save_total_limit is not None and (not isinstance(self.save_total_limit, int) or self.save_total_limit < 1):
             raise bad("save_total_limit", f"must be a positive integer or null, got {self.save_total_limit!r}")
         budget = self.max_consecutive_skipped_steps

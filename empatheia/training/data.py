@@ -218,7 +218,7 @@ def train_loader(dataset: StageDataset, config: TrainConfig, rank: int, world_si
     return DataLoader(
         dataset,
         batch_sampler=sampler,
-        collate_fn=dataset.collator(config.data.pad_to_multiple_of),
+        collate_fn=dataset.collator(),
         num_workers=config.data.num_workers,
         persistent_workers=config.data.num_workers > 0,
         # Workers' seeds come from this generator, not the global RNG, whose state the

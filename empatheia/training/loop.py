@@ -11,7 +11,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -46,8 +46,6 @@ CONFIG_NAME = "train_config.yaml"
 FINAL_DIR = "final"
 # Keys a resumed run must share with the run it continues; max_steps may grow.
 _RESUME_KEYS = ("stage", "seed", "model", "data", "optim", "deepspeed", "mixed_precision")
-# Settings inside those that change how a step is computed but not what it computes.
-_RESUME_FREE = {"data": ("pad_to_multiple_of",)}
 
 
 class TrainingDiverged(RuntimeError):
@@ -441,7 +439,7 @@ def _mean(window: List[Dict[str, float]]) -> Dict[str, float]:
 def evaluate(engine, data: StageData, config: TrainConfig, proc: ProcessInfo) -> Dict[str, float]:
     """Mean loss terms over ``data.eval``, over all processes."""
     engine.eval()
-    collate = data.eval.collator(config.data.pad_to_multiple_of)
+    collate = data.eval.collator()
     sums: Dict[str, float] = {}
     count = 0.0
     for indices, counts in eval_batches(len(data.eval), config.optim.batch_size, proc.rank, proc.world_size):
@@ -523,14 +521,6 @@ def _restore(
     return ckpt.TrainerState.load(directory / ckpt.STATE_NAME), int((client_state or {}).get(_SKIPPED_IN_A_ROW, 0))
 
 
-def _resumed_settings(config: TrainConfig) -> Dict[str, Any]:
-    """The settings a resumed run must keep: ``_RESUME_KEYS`` less ``_RESUME_FREE``."""
-    settings = config.to_dict()
-    for section, keys in _RESUME_FREE.items():
-        settings[section] = {k: v for k, v in settings[section].items() if k not in keys}
-    return settings
-
-
 def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, proc: ProcessInfo) -> Optional[Path]:
     """The checkpoint to resume from (or ``None``), after refusing to overwrite a run or to
     resume one with different settings."""
@@ -544,12 +534,13 @@ def _prepare_output_dir(output_dir: Path, config: TrainConfig, resume: bool, pro
     if resume and existing is not None and saved_config.is_file():
         from .config import load_train_config
 
-        previous, current = (_resumed_settings(c) for c in (load_train_config(saved_config), config))
+        previous = load_train_config(saved_config).to_dict()
+        current = config.to_dict()
         changed = [k for k in _RESUME_KEYS if previous.get(k) != current.get(k)]
         if changed:
             raise ConfigError(
                 f"--resume: {saved_config} differs from this config in {changed}; a resumed run must keep them "
-                "(only max_steps, logging settings and data.pad_to_multiple_of may change)"
+                "(only max_steps and logging settings may change)"
             )
     barrier()
     if proc.is_main:

@@ -127,21 +127,18 @@ class UtteranceCollator:
     ``audio_cached``) with ``audio_rows`` ``(N_a,)`` (the batch row of each clip) and the
     same for video, ``identity`` ``(B,)`` (an index per distinct speaker identity in the
     batch, ``-1`` unknown), ``<name>_label`` ``(B,)`` and ``ids``. Skipped samples are
-    listed under ``skipped``. The token rows are padded to a multiple of
-    ``pad_to_multiple_of``."""
+    listed under ``skipped``."""
 
-    def __init__(self, processor, padding_side: str = "right", pad_to_multiple_of: int = 1):
+    def __init__(self, processor, padding_side: str = "right"):
         self.processor = processor
         self.padding_side = padding_side
-        self.pad_to_multiple_of = pad_to_multiple_of
 
     def __call__(self, items: Sequence[Union[UtteranceExample, SkippedSample]]) -> Dict[str, Any]:
         skipped = [item for item in items if isinstance(item, SkippedSample)]
         examples = [item for item in items if not isinstance(item, SkippedSample)]
         if not examples:
             return {"skipped": skipped}
-        batch: Dict[str, Any] = self.processor.collate([e.encoded for e in examples], padding_side=self.padding_side,
-                                                       pad_to_multiple_of=self.pad_to_multiple_of)
+        batch: Dict[str, Any] = self.processor.collate([e.encoded for e in examples], padding_side=self.padding_side)
         pad = self.processor.ids.pad
         utterances = [e.utterance_ids if len(e.utterance_ids) else torch.tensor([pad]) for e in examples]
         batch["utterance_ids"] = pad_sequence(utterances, batch_first=True, padding_value=pad)
@@ -194,8 +191,8 @@ class UtteranceDataset(Dataset):
         self.on_error = on_error
         self.media_cache = media_cache
 
-    def collator(self, pad_to_multiple_of: int = 1) -> UtteranceCollator:
-        return UtteranceCollator(self.processor, pad_to_multiple_of=pad_to_multiple_of)
+    def collator(self) -> UtteranceCollator:
+        return UtteranceCollator(self.processor)
 
     def __len__(self) -> int:
         return len(self.dialogues)
