@@ -469,6 +469,63 @@ def test_a_process_spawned_after_training_starts_a_lone_group_of_its_own():
     assert child.exitcode == 0
 
 
+_ORPHAN_SCRIPT = """
+import os, sys, time, multiprocessing
+from empatheia.recipes.small_preset import _exit_with_parent
+
+def stage(path):
+    _exit_with_parent()
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("spawn").Process(target=stage, args=(sys.argv[1],))
+    child.start()
+    child.join()
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = [line for line in open(f"/proc/{pid}/status") if line.startswith("State:")][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return " Z " not in state and "zombie" not in state
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="reads process states from /proc")
+def test_a_stage_process_ends_when_its_recipe_is_killed(tmp_path):
+    """`kill` on the recipe's process must not leave its stage training unseen, holding
+    the memory a resumed run needs."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script, pid_file, log = tmp_path / "recipe.py", tmp_path / "stage.pid", tmp_path / "stderr.txt"
+    script.write_text(_ORPHAN_SCRIPT)
+    with open(log, "w") as stderr:
+        recipe_process = subprocess.Popen([sys.executable, str(script), str(pid_file)], stderr=stderr)
+    try:
+        deadline = time.monotonic() + 120
+        while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stage_pid = int(pid_file.read_text())
+        assert _running(stage_pid)
+        recipe_process.kill()  # SIGKILL: the recipe runs no clean-up of its own
+        recipe_process.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _running(stage_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(stage_pid), "the stage kept running after its recipe was killed"
+        assert f"the recipe (pid {recipe_process.pid}) ended" in log.read_text()
+    finally:
+        recipe_process.kill()
+        if pid_file.is_file() and pid_file.read_text() and _running(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), 9)
+
+
 def test_heads_and_projectors_can_train_at_their_own_rate():
     from empatheia import Empatheia
     from empatheia.training.config import TrainConfig

@@ -41,6 +41,9 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import os
+import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -312,10 +315,29 @@ def _stage_config(stage: int) -> Path:
     return Path(str(resources.files("empatheia.configs") / "train" / f"{STAGES[stage].name}.yaml"))
 
 
+def _exit_with_parent() -> None:
+    """End this process when the recipe process that started it ends. A stage whose recipe
+    was killed (``kill``, a closed terminal, a scheduler's time limit) would otherwise train
+    on unseen, holding the memory and cores the next run needs; it resumes from its newest
+    checkpoint instead."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()  # returns when the parent's end of the pipe closes, i.e. when it exits
+        print(f"[small] the recipe (pid {parent.pid}) ended: stopping this stage; the same command "
+              f"resumes it from its newest checkpoint", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _run_stage(stage: int, overrides: Sequence[str], resume: bool) -> None:
     from empatheia.training import load_train_config
     from empatheia.recipes.recipe import run
 
+    _exit_with_parent()
     run(load_train_config(_stage_config(stage), list(overrides)), resume=resume)
 
 
