@@ -32,7 +32,6 @@ from bench_model import PAPER_RANDOM  # noqa: E402
 from empatheia import Empatheia, EmpatheiaConfig  # noqa: E402
 from empatheia.config_loader import add_set_argument, parse_sets  # noqa: E402
 from empatheia.data import extract_gold_features, gold_feature_sources, read_dataset  # noqa: E402
-from empatheia.media import load_audio  # noqa: E402
 from empatheia.training import build_stage_data, load_train_config, train  # noqa: E402
 from tests.training_helpers import STAGE_CONFIGS, _clip  # noqa: E402
 
@@ -45,26 +44,26 @@ SENTENCES = [
 
 
 class RandomFeatures:
-    """Seeded random gold features: content rows per word (speech) or per 40 ms of the
-    response audio (video), one vector for styles."""
+    """Seeded random gold features: content rows per speech unit of the response text (two
+    per word, as the Content Synchronizer wants C^s, C^v and the unit ids row for row), one
+    vector for styles; ``dim`` 0 gives unit ids below ``units``."""
 
-    def __init__(self, name: str, input: str, dim: int, per_step: bool):
-        self.name, self.input, self.dim, self.per_step = name, input, dim, per_step
+    def __init__(self, name: str, input: str, dim: int, per_unit: bool, units: int = 0):
+        self.name, self.input, self.dim, self.per_unit, self.units = name, input, dim, per_unit, units
 
     def fingerprint(self) -> str:
-        return f"random {self.name} {self.dim}"
+        return f"random {self.name} {self.dim} {self.units}"
 
     def __call__(self, items):
         out = []
         for i, item in enumerate(items):
             generator = torch.Generator().manual_seed(i)
-            if not self.per_step:
+            if not self.per_unit:
                 out.append(torch.randn(self.dim, generator=generator))
-            elif self.input == "text":
-                out.append(torch.randn(len(item.split()) * 2, self.dim, generator=generator))
+            elif self.units:
+                out.append(torch.randint(0, self.units, (len(item.split()) * 2, 1), generator=generator))
             else:
-                steps = max(1, len(load_audio(item, 16000)) // 640)
-                out.append(torch.randn(steps, self.dim, generator=generator))
+                out.append(torch.randn(len(item.split()) * 2, self.dim, generator=generator))
         return out
 
 
@@ -94,10 +93,12 @@ def write_data(root: Path, examples: int, turns: int, config: EmpatheiaConfig, s
     cs, sd = config.content_synchronizer, config.style_disentangler
     extractors = [
         RandomFeatures("speech_content", "text", cs.speech_content_dim, True),
-        RandomFeatures("video_content", "audio", cs.video_content_dim, True),
+        RandomFeatures("video_content", "text", cs.video_content_dim, True),
         RandomFeatures("speech_style", "audio", sd.speech_style_dim, False),
         RandomFeatures("video_style", "video", sd.video_style_dim, False),
     ]
+    if cs.unit_vocab_size > 0:
+        extractors.append(RandomFeatures("speech_units", "text", 0, True, units=cs.unit_vocab_size))
     extract_gold_features(gold_feature_sources(read_dataset(path)), extractors, root / "gold", progress=False)
     return path
 

@@ -415,3 +415,28 @@ def test_loader_workers_build_the_same_batches(model, corpus, store, tmp_path):
             assert torch.equal(value, parallel[key]), key
         else:
             assert value == parallel[key], key
+
+
+def test_the_training_bench_writes_targets_every_stage_reads(model, tmp_path):
+    """bench/bench_training.py's generated gold features meet the stages' row rules (C^s,
+    C^v and the unit ids one row per speech unit); its stage 2 and 4 runs failed on them."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    try:
+        from bench_training import write_data
+    finally:
+        sys.path.pop(0)
+    from empatheia.training import build_stage_data
+
+    from .training_helpers import tiny_config
+
+    path = write_data(tmp_path, examples=2, turns=3, config=model.config, same_length=False)
+    for stage in (2, 4):
+        data = build_stage_data(tiny_config(stage, tmp_path / f"run{stage}", path, gold=tmp_path / "gold"),
+                                model.processor, model.label_sets())
+        batch = StageCollator(model.processor)([data.train[i] for i in range(len(data.train))])
+        rows = batch["speech_content_mask"].sum(1)
+        assert bool((rows > 0).all())
+        assert torch.equal(batch["video_content_mask"].sum(1), rows)
+        assert batch["speech_units"].shape == batch["speech_content_mask"].shape
