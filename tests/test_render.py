@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -253,7 +254,7 @@ def test_the_small_preset_refits_start_from_given_weights(tmp_path):
                            "--refit-from", str(tmp_path / "nothing")])
 
 
-def test_the_small_preset_continues_stage_1_from_given_weights(tmp_path):
+def test_the_small_preset_continues_stage_1_from_given_weights(tmp_path, capsys):
     """--stages 1 --stage1-init: stage 1, in a process of its own, trains the given model's
     language core further and keeps every other part; the export is that stage's."""
     from safetensors.torch import load_file
@@ -271,6 +272,9 @@ def test_the_small_preset_continues_stage_1_from_given_weights(tmp_path):
                        "--stage1-init", str(start), "--stage1-steps", "2",
                        "--export-weights", str(tmp_path / "weights"), "--export-metrics", str(tmp_path / "metrics"),
                        "--set", "mixed_precision=no"])
+    stage_preload = {**os.environ, **small_preset.allocator_environment("auto")}.get("LD_PRELOAD", "")
+    allocator = "jemalloc" if "jemalloc" in stage_preload else "the system allocator"
+    assert f"[small] stage processes allocate with {allocator}" in capsys.readouterr().out
     assert not (tmp_path / "run" / "rendered").exists()  # no media stage ran
     before, after = load_trained_state(start), load_file(str(tmp_path / "weights" / "empatheia.safetensors"))
     changed = {k.split(".")[0] for k in before if not torch.equal(after[k], before[k].half()

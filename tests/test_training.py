@@ -5,6 +5,7 @@ new avatar dataset with its own labels, and every clear failure the recipe promi
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -524,6 +525,72 @@ def test_a_stage_process_ends_when_its_recipe_is_killed(tmp_path):
         recipe_process.kill()
         if pid_file.is_file() and pid_file.read_text() and _running(int(pid_file.read_text())):
             os.kill(int(pid_file.read_text()), 9)
+
+
+def test_stage_processes_preload_jemalloc_where_asked_and_found(monkeypatch):
+    """The recipe's allocator choice: LD_PRELOAD of the library ctypes finds, added to any
+    preload already set; jemalloc taken out for the system allocator; nothing where the
+    preload is already so; a clear error when jemalloc is asked for and missing."""
+    import ctypes.util
+
+    from empatheia.recipes.small_preset import allocator_environment
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: "libjemalloc.so.2" if name == "jemalloc" else None)
+    assert allocator_environment("auto") == allocator_environment("jemalloc") == {"LD_PRELOAD": "libjemalloc.so.2"}
+    assert allocator_environment("system") == {}
+    monkeypatch.setenv("LD_PRELOAD", "libasan.so")
+    assert allocator_environment("auto") == {"LD_PRELOAD": "libasan.so:libjemalloc.so.2"}
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    assert allocator_environment("jemalloc") == {}
+    monkeypatch.setenv("LD_PRELOAD", "libasan.so /usr/lib/libjemalloc.so.2")
+    assert allocator_environment("system") == {"LD_PRELOAD": "libasan.so"}
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert allocator_environment("auto") == {}
+    with pytest.raises(FileNotFoundError, match="apt-get install libjemalloc2"):
+        allocator_environment("jemalloc")
+    with pytest.raises(ValueError, match="expected one of auto, jemalloc, system"):
+        allocator_environment("tcmalloc")
+
+
+_MAPS_SCRIPT = """
+import os, sys, multiprocessing
+from empatheia.recipes.small_preset import _environment, allocator_environment
+
+def stage(queue):
+    queue.put(open("/proc/self/maps").read())
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=stage, args=(queue,))
+    with _environment(allocator_environment("jemalloc")):
+        child.start()
+    maps = queue.get(timeout=120)
+    child.join()
+    print("child maps jemalloc:", "libjemalloc" in maps)
+    print("recipe preloads:", os.environ.get("LD_PRELOAD"))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD and /proc are Linux's")
+def test_a_stage_process_runs_on_jemalloc_and_the_recipe_does_not(tmp_path):
+    """A stage process started as the recipe starts one has jemalloc mapped; the recipe's
+    own environment is left as it was. `make test` installs libjemalloc2 (Debian)."""
+    import ctypes.util
+    import subprocess
+
+    if ctypes.util.find_library("jemalloc") is None:
+        pytest.skip("no jemalloc library installed (make test installs libjemalloc2 where apt-get works)")
+    script = tmp_path / "recipe.py"
+    script.write_text(_MAPS_SCRIPT)
+    env = {name: value for name, value in os.environ.items() if name != "LD_PRELOAD"}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "child maps jemalloc: True" in result.stdout
+    assert "recipe preloads: None" in result.stdout
 
 
 def test_heads_and_projectors_can_train_at_their_own_rate():

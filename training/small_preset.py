@@ -30,7 +30,8 @@ refit when the generators changed under them).
 
 Every stage runs the repository's recipe (:mod:`empatheia.recipes.recipe`) with its stage config,
 the overrides in :data:`SETTINGS` and then any ``--set KEY=VALUE``, each in a process of
-its own (``--in-process``: all in this one); a stage whose ``final/`` exists is skipped,
+its own (``--in-process``: all in this one; started with jemalloc preloaded where it is
+installed, ``--allocator``); a stage whose ``final/`` exists is skipped,
 and an interrupted one resumes from its newest checkpoint. The result is the last of
 ``OUT/content_refit/final``, ``OUT/style_refit/final`` and ``OUT/stage4_joint/final`` that ran.
 """
@@ -38,10 +39,13 @@ and an interrupted one resumes from its newest checkpoint. The result is the las
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes.util
 import hashlib
 import json
 import multiprocessing
 import os
+import re
 import sys
 import threading
 from importlib import resources
@@ -82,9 +86,10 @@ def _sets(values: Dict[str, object]) -> List[str]:
 
 
 def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, previous: Path = None, preset: str = "small",
-              extra: Sequence[str] = (), isolated: bool = True):
+              extra: Sequence[str] = (), isolated: bool = True, environment: Dict[str, str] = None):
     """Run stage ``stage`` into ``out/<its name>`` (skipped when its ``final/`` exists,
-    resumed when the folder does), in a process of its own unless ``isolated`` is false;
+    resumed when the folder does), in a process of its own unless ``isolated`` is false,
+    started with ``environment`` added to this one's (:func:`allocator_environment`);
     returns that folder."""
     from empatheia.training import load_train_config
 
@@ -110,7 +115,8 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
     process = multiprocessing.get_context("spawn").Process(
         target=_run_stage, args=(stage, overrides, resume), name=f"small-{name}"
     )
-    process.start()
+    with _environment(environment or {}):
+        process.start()
     process.join()
     if process.exitcode != 0:
         raise RuntimeError(
@@ -120,6 +126,52 @@ def run_stage(stage: int, out: Path, data: Path, steps: int, gold: Path = None, 
             f"checkpoint in {output_dir}."
         )
     return output_dir
+
+
+ALLOCATORS = ("auto", "jemalloc", "system")
+
+
+def allocator_environment(allocator: str = "auto") -> Dict[str, str]:
+    """What a stage process's environment needs for ``allocator``, over this process's:
+    ``LD_PRELOAD`` with jemalloc added for ``"jemalloc"``, and for ``"auto"`` where the
+    library is installed (Debian: ``apt-get install libjemalloc2``), with jemalloc taken out
+    for ``"system"``; nothing where the preload is already so, or off Linux.
+
+    Why: a CPU training step allocates and frees tensors of ever new sizes, which glibc's
+    allocator leaves as a fragmented heap that grows all run and slows the steps; jemalloc's
+    stays compact, with the same losses (measured in docs/small_preset.md, Speed)."""
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator {allocator!r}: expected one of {', '.join(ALLOCATORS)}")
+    preloaded = os.environ.get("LD_PRELOAD", "")
+    if allocator == "system":
+        # The dynamic loader splits LD_PRELOAD at colons and spaces.
+        kept = ":".join(name for name in re.split(r"[: ]", preloaded) if name and "jemalloc" not in name)
+        return {"LD_PRELOAD": kept} if "jemalloc" in preloaded else {}
+    if "jemalloc" in preloaded:
+        return {}
+    library = ctypes.util.find_library("jemalloc") if sys.platform.startswith("linux") else None
+    if library is None:
+        if allocator == "jemalloc":
+            raise FileNotFoundError("--allocator jemalloc: no jemalloc library found (Debian and Ubuntu: "
+                                    "apt-get install libjemalloc2; or give --allocator system)")
+        return {}
+    return {"LD_PRELOAD": f"{preloaded}:{library}" if preloaded else library}
+
+
+@contextlib.contextmanager
+def _environment(values: Dict[str, str]):
+    """``os.environ`` with ``values`` set while the block runs (a spawned process copies it
+    when it starts), as it was afterwards."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def language_core_from(weights: Path, output_dir: Path, preset: str = "small") -> Path:
@@ -450,6 +502,9 @@ def main(argv=None) -> None:
     parser.add_argument("--in-process", action="store_true",
                         help="run the stages in this process (by default each runs in its own, so memory "
                              "one stage still holds is returned before the next)")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="auto",
+                        help="the memory allocator of the stage processes: jemalloc (auto: where installed) "
+                             "keeps a CPU run's memory at half and its steps from slowing; system: the C library's")
     parser.add_argument("--preset", default="small", help="tiny runs the same pipeline in seconds (for tests)")
     parser.add_argument("--export-weights", type=Path, help="write the result in half precision here (e.g. empatheia/weights/small)")
     parser.add_argument("--export-stage", type=int, choices=sorted(STAGES), default=4,
@@ -465,6 +520,15 @@ def main(argv=None) -> None:
     from empatheia.data.render import RenderSettings, render_ed_conversations, split_ed_file, read_face_clips, training_face_clips
     from empatheia.generators import build_generators, gold_feature_extractors
 
+    try:
+        environment = {} if args.in_process else allocator_environment(args.allocator)
+    except FileNotFoundError as error:
+        parser.error(str(error))
+    if not args.in_process:
+        jemalloc = "jemalloc" in {**os.environ, **environment}.get("LD_PRELOAD", "")
+        hint = "" if jemalloc or args.allocator == "system" or not sys.platform.startswith("linux") else (
+            " (apt-get install libjemalloc2 halves a CPU stage's memory: docs/small_preset.md#speed)")
+        print(f"[small] stage processes allocate with {'jemalloc' if jemalloc else 'the system allocator'}{hint}")
     split = split_ed_file(args.ed, args.out / "ed")
     if args.refit_from is not None:
         stages = set()
@@ -485,7 +549,7 @@ def main(argv=None) -> None:
     elif 1 in stages:
         init = args.preset if str(args.stage1_init) == "shipped" else args.stage1_init
         previous = run_stage(1, args.out, split["train"], args.stage1_steps, previous=init, preset=args.preset,
-                             extra=args.set, isolated=not args.in_process)
+                             extra=args.set, isolated=not args.in_process, environment=environment)
     else:
         previous = args.out / STAGES[1].name
     if not stages & {2, 3, 4} and args.refit_from is None:
@@ -512,7 +576,8 @@ def main(argv=None) -> None:
         if stage in stages:
             steps = args.stage4_steps if stage == 4 and args.stage4_steps else args.media_steps
             previous = run_stage(stage, args.out, rendered, steps, gold=gold, previous=previous,
-                                 preset=args.preset, extra=args.set, isolated=not args.in_process)
+                                 preset=args.preset, extra=args.set, isolated=not args.in_process,
+                                 environment=environment)
         else:
             previous = args.out / STAGES[stage].name
     stage_dirs = {stage.name: args.out / stage.name for stage in STAGES.values()}
