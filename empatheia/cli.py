@@ -103,7 +103,7 @@ def respond(args: argparse.Namespace) -> int:
     _writable_folder(args.out)
     check_device(args.device)
     start = time.perf_counter()
-    model = _warm_model(args, speak=args.speak or args.animate)
+    model = _warm_model(args, speak=args.speak, animate=args.animate)
     progress(f"responding to dialogue {dialogue.id}")
     writing = WritingProgress()
     try:
@@ -133,15 +133,17 @@ def respond(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_model(args: argparse.Namespace, speak: bool):
-    """The model of the arguments, loaded, with its avatars folder and, when it will
-    speak, its generators."""
+def _warm_model(args: argparse.Namespace, speak: bool, animate: bool = False):
+    """The model of the arguments, loaded, with its avatars folder and the generators it
+    will use: the voice when it will speak, the talking head too when it will animate."""
     start = time.perf_counter()
     model = load_system(args)
     if args.avatars is not None:
         model.config.generators.avatars = str(args.avatars)
-    if speak:
-        model.generators()
+    if speak or animate:
+        model.speech_generator()
+    if animate:
+        model.talking_head()
     progress(f"model ready in {time.perf_counter() - start:.1f}s")
     return model
 
@@ -156,7 +158,7 @@ def serve(args: argparse.Namespace) -> int:
     from .serve.conversation import warm_up
     from .serve.uploads import UploadLimits
 
-    model = _warm_model(args, speak=True)
+    model = _warm_model(args, speak=True, animate=True)
     if not args.no_warmup:
         progress(f"first turn answered in {warm_up(model):.1f}s (later turns find everything loaded)")
     limits = UploadLimits(max_bytes=int(args.max_upload_mb * 2**20), max_seconds=args.max_seconds)
@@ -176,7 +178,7 @@ def chat(args: argparse.Namespace) -> int:
 
     speak = args.speak or args.animate
     decoding = decoding_from_args(args)
-    model = _warm_model(args, speak=speak)
+    model = _warm_model(args, speak=speak, animate=args.animate)
     player = None if args.no_play or not speak or not sys.stdout.isatty() else find_player()
     session = Chat(model, args.out, speak=speak, animate=args.animate, player=player, max_new_tokens=args.max_new_tokens,
                    user=args.user, decoding=decoding)

@@ -593,11 +593,24 @@ class Empatheia(nn.Module, Responder):
     def generators(self):
         """The speech and talking-head generators of ``config.generators``, built on first
         use and kept (they are not part of the trained model)."""
-        if "speech" not in self._generators:
-            from empatheia.generators.factory import build_generators
+        return self.speech_generator(), self.talking_head()
 
-            self._generators["speech"], self._generators["talking_head"] = build_generators(self.config)
-        return self._generators["speech"], self._generators["talking_head"]
+    def speech_generator(self):
+        """The speech generator alone, built on first use: a text answer reads its units,
+        and speech needs no talking head (nor its checkpoints)."""
+        if "speech" not in self._generators:
+            from empatheia.generators.factory import build_speech_generator
+
+            self._generators["speech"] = build_speech_generator(self.config)
+        return self._generators["speech"]
+
+    def talking_head(self):
+        """The talking-head generator alone, built on first use."""
+        if "talking_head" not in self._generators:
+            from empatheia.generators.factory import build_talking_head
+
+            self._generators["talking_head"] = build_talking_head(self.config)
+        return self._generators["talking_head"]
 
     def set_generators(self, speech=None, talking_head=None) -> "Empatheia":
         """Use these generators instead of the config's (e.g. already loaded ones)."""
@@ -912,7 +925,7 @@ class Empatheia(nn.Module, Responder):
         if self.config.content_synchronizer.unit_vocab_size > 0:
             # The generator knows the units of the text it will read: their ids feed the
             # content queries and their count is the content length.
-            units = [self.generators()[0].content_units(response) for _, response in parsed]
+            units = [self.speech_generator().content_units(response) for _, response in parsed]
             units = [u if u.numel() else torch.zeros(1, dtype=torch.long) for u in units]
             counts = [int(u.numel()) for u in units]
             if speech_lengths is not None and list(speech_lengths) != counts:
@@ -924,7 +937,7 @@ class Empatheia(nn.Module, Responder):
             speech_units = torch.nn.utils.rnn.pad_sequence(units, batch_first=True).to(device)
         elif speak and speech_lengths is None:
             # The Content Synchronizer writes exactly the phonemes the voice will read.
-            speech_lengths = [max(1, self.generators()[0].content_length(response)) for _, response in parsed]
+            speech_lengths = [max(1, self.speech_generator().content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
         hidden = self.answer_hidden_states(full_batch, written)
         emotion_prior = written.chain_emotion_prior

@@ -22,7 +22,7 @@ from .response import EmpatheticResponse
 class Responder:
     """``respond`` and ``respond_in_stages`` over what a system defines: ``_answer``,
     ``_network`` (the module put in eval mode while answering), ``label_sets``,
-    ``generators`` and ``avatars``."""
+    ``speech_generator``, ``talking_head`` and ``avatars``."""
 
     passes_content = True
     """Whether the answer's content features (C^s, C^v) drive the generators; without
@@ -175,7 +175,7 @@ class Responder:
             yield "video", response
 
     def _speak(self, response: EmpatheticResponse, avatar) -> None:
-        speech = self.generators()[0]
+        speech = self.speech_generator()
         response.avatar = avatar.key
         response.avatar_profile = dict(avatar.profile or {})
         response.voice_style = speech.describe_style(response.speech_style)
@@ -183,7 +183,7 @@ class Responder:
         response.audio = speech.synthesize(response.text, content, response.speech_style, avatar)
 
     def _animate(self, response: EmpatheticResponse, avatar) -> None:
-        talking_head = self.generators()[1]
+        talking_head = self.talking_head()
         response.face_style = talking_head.describe_style(response.video_style)
         content = response.video_content if self.passes_content else None
         response.video = talking_head.animate(response.audio, content, response.video_style, avatar.portrait)

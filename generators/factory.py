@@ -16,6 +16,13 @@ TALKING_HEADS = ("dreamtalk", "avatar")
 def build_generators(config: "EmpatheiaConfig") -> Tuple[SpeechGenerator, TalkingHeadGenerator]:
     """The speech and talking-head generators of ``config.generators``. The offline ones
     (``piper``, ``avatar``) take the heads' sizes; the paper's must match them."""
+    return build_speech_generator(config), build_talking_head(config)
+
+
+def build_speech_generator(config: "EmpatheiaConfig") -> SpeechGenerator:
+    """The speech generator of ``config.generators`` alone: a text answer needs its units
+    (the Content Synchronizer's length and ids) but no talking head, whose checkpoints a
+    user may not have."""
     choice = config.generators
     cs, sd = config.content_synchronizer, config.style_disentangler
     if choice.speech == "piper":
@@ -28,6 +35,14 @@ def build_generators(config: "EmpatheiaConfig") -> Tuple[SpeechGenerator, Talkin
         speech = StyleTTS2Speech.from_config(StyleTTS2Config(**choice.styletts2))
     else:
         raise ValueError(f"generators.speech: unknown generator {choice.speech!r}; choose one of {list(SPEECH)}")
+    _check_sizes("speech", speech, cs.speech_content_dim, sd.speech_style_dim)
+    return speech
+
+
+def build_talking_head(config: "EmpatheiaConfig") -> TalkingHeadGenerator:
+    """The talking-head generator of ``config.generators`` alone."""
+    choice = config.generators
+    cs, sd = config.content_synchronizer, config.style_disentangler
     if choice.talking_head == "avatar":
         from .avatar_renderer import AvatarRenderer
 
@@ -40,9 +55,8 @@ def build_generators(config: "EmpatheiaConfig") -> Tuple[SpeechGenerator, Talkin
         raise ValueError(
             f"generators.talking_head: unknown generator {choice.talking_head!r}; choose one of {list(TALKING_HEADS)}"
         )
-    _check_sizes("speech", speech, cs.speech_content_dim, sd.speech_style_dim)
     _check_sizes("talking_head", head, cs.video_content_dim, sd.video_style_dim)
-    return speech, head
+    return head
 
 
 def _check_sizes(role: str, generator, content_dim: int, style_dim: int) -> None:

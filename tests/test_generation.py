@@ -169,6 +169,29 @@ def test_generator_sizes_must_match_the_heads():
         build_generators(config)
 
 
+def test_a_paper_model_without_dreamtalk_checkpoints_answers_and_speaks(tmp_path):
+    """The paper's generators with StyleTTS2 (random weights here) and no DreamTalk
+    checkpoints: the text answer needs the voice's units and speech needs the voice, so
+    both work; only animating asks for DreamTalk's checkpoints, and says so."""
+    from empatheia.generators.dreamtalk.checkpoints import CheckpointError
+
+    overrides = {
+        "generators.speech": "styletts2", "generators.styletts2": {"preset": "tiny"},
+        "generators.talking_head": "dreamtalk", "generators.dreamtalk": {},
+        # The tiny heads at StyleTTS2's sizes: 1024-d content, 256-d style, its 178 units.
+        "content_synchronizer.speech_content_dim": 1024, "style_disentangler.speech_style_dim": 256,
+        "content_synchronizer.unit_vocab_size": 178,
+    }
+    model = Empatheia.from_preset("tiny", overrides)
+    dialogue = _dialogue("My sister got the job she wanted.")
+    text = model.respond(dialogue, max_new_tokens=4)
+    assert text.speech_content.shape[-1] == 1024 and text.audio is None
+    spoken = model.respond(dialogue, max_new_tokens=4, speak=True)
+    assert spoken.audio is not None and spoken.audio.samples.numel() > 0
+    with pytest.raises(CheckpointError, match="DreamTalk needs both official checkpoints"):
+        model.respond(dialogue, max_new_tokens=4, speak=True, animate=True)
+
+
 def test_resample_rows_keeps_ends():
     rows = torch.arange(10, dtype=torch.float32).view(5, 2)
     out = resample_rows(rows, 9)

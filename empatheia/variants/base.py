@@ -43,6 +43,12 @@ class VariantSystem(Responder):
     def generators(self):
         return self.model.generators()
 
+    def speech_generator(self):
+        return self.model.speech_generator()
+
+    def talking_head(self):
+        return self.model.talking_head()
+
     def set_generators(self, speech=None, talking_head=None) -> "VariantSystem":
         self.model.set_generators(speech, talking_head)
         return self
