@@ -46,7 +46,7 @@ SENTENCES = [
 class RandomFeatures:
     """Seeded random gold features: content rows per speech unit of the response text (two
     per word, as the Content Synchronizer wants C^s, C^v and the unit ids row for row), one
-    vector for styles; ``dim`` 0 gives unit ids below ``units``."""
+    vector for styles; with ``units`` > 0, a column of unit ids below it."""
 
     def __init__(self, name: str, input: str, dim: int, per_unit: bool, units: int = 0):
         self.name, self.input, self.dim, self.per_unit, self.units = name, input, dim, per_unit, units

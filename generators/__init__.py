@@ -23,7 +23,7 @@ from .base import (
     gold_feature_extractors,
     resample_rows,
 )
-from .factory import SPEECH, TALKING_HEADS, build_generators
+from .factory import SPEECH, TALKING_HEADS, build_generators, build_speech_generator, build_talking_head
 
 __all__ = [
     "Avatar",
@@ -39,6 +39,8 @@ __all__ = [
     "Waveform",
     "avatar_key",
     "build_generators",
+    "build_speech_generator",
+    "build_talking_head",
     "gold_feature_extractors",
     "resample_rows",
 ]
