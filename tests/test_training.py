@@ -438,8 +438,6 @@ def test_a_media_cache_is_filled_once_and_gives_the_same_training(tmp_path, avat
 
 
 def _join_a_group_and_report(queue) -> None:
-    import os
-
     from empatheia.training.distributed import init_processes
 
     try:
@@ -454,7 +452,6 @@ def test_a_process_spawned_after_training_starts_a_lone_group_of_its_own():
     already (a notebook, this suite): the child inherits MASTER_PORT, which the parent's
     group still listens on, and must not try to bind it."""
     import multiprocessing
-    import os
 
     from empatheia.training.distributed import init_processes
 
@@ -500,7 +497,6 @@ def _running(pid: int) -> bool:
 def test_a_stage_process_ends_when_its_recipe_is_killed(tmp_path):
     """`kill` on the recipe's process must not leave its stage training unseen, holding
     the memory a resumed run needs."""
-    import os
     import subprocess
     import time
 
@@ -556,7 +552,7 @@ def test_stage_processes_preload_jemalloc_where_asked_and_found(monkeypatch):
 
 
 _MAPS_SCRIPT = """
-import os, sys, multiprocessing
+import os, multiprocessing
 from empatheia.recipes.small_preset import _environment, allocator_environment
 
 def stage(queue):
