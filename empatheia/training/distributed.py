@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import sysconfig
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
@@ -64,9 +66,29 @@ def init_processes() -> ProcessInfo:
         device, backend = torch.device("cuda", local_rank), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
+        use_this_environments_ninja()
     if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
     return ProcessInfo(dist.get_rank(), local_rank, dist.get_world_size(), device)
+
+
+def use_this_environments_ninja() -> None:
+    """Put the ``ninja`` installed with this Python environment (a DeepSpeed dependency)
+    first on ``PATH``, where there is one.
+
+    On the CPU, DeepSpeed compiles a shared-memory collective the first time a process
+    group starts (about 20 s; cached under ``~/.cache/torch_extensions``) with whichever
+    ``ninja`` comes first on ``PATH``. Run without activating the environment
+    (``.venv/bin/empatheia train``) on a machine with no system ninja, that build fails and
+    training cannot start; where a system ninja exists beside the environment's, the two
+    versions each take the other's cached build for stale, so every process that finds the
+    other one compiles it again. With the environment's own first, every process of the
+    environment builds once and finds the build current."""
+    scripts = sysconfig.get_path("scripts")
+    ours = shutil.which("ninja", path=scripts) if scripts else None
+    if ours is None or shutil.which("ninja") == ours:
+        return
+    os.environ["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")]).rstrip(os.pathsep)
 
 
 def _free_port() -> int:
