@@ -7,7 +7,11 @@ BERTScore-style tests that need the packaged MiniLM encoder and the VADER tests 
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ from empatheia.evaluation.text import (
     LexiconEmotion,
     TokenMatchScorer,
     VaderSentiment,
+    compare_paired_text,
     corpus_bleu,
     distinct,
     distinct_n,
@@ -453,3 +458,75 @@ def test_polarity_with_vader_and_lexicon():
     # empty history and empty response: both neutral, both sentiment 0 -> 1
     assert out["empathy"][2] == pytest.approx(1.0)
     assert "VADER" in out["sentiment_model"] and "word lists" in out["emotion_model"]
+
+
+# ---------------------------------------------------------------------- two systems, paired
+PAIRED_VARIED = ["What happened to your car?", "Oh no, was anyone hurt?", "Congratulations, you earned it!",
+          "That must have been lonely.", "How did your sister react?", "I would be furious too.",
+          "Did the dog come back home?", "What a lovely surprise from your brother!"]
+PAIRED_GENERIC = ["I'm so sorry to hear that.", "I'm so sorry to hear that.", "That's great!", "I'm so sorry to hear that.",
+           "That's great!", "I'm so sorry to hear that.", "I'm so sorry to hear that.", "That's great!"]
+PAIRED_GOLD = ["Is your car badly damaged?", "Was anyone hurt in the crash?", "Congratulations, you really earned it!",
+        "Moving can be so lonely.", "How did your sister take it?", "I would be so angry too.",
+        "Did your dog ever come back?", "What a lovely surprise!"]
+
+
+def test_paired_text_metrics_match_the_corpus_metrics_and_test_the_difference():
+    compared = compare_paired_text(PAIRED_VARIED, PAIRED_GENERIC, PAIRED_GOLD, resamples=500)
+    assert set(compared) == {"bleu_1", "bleu_2", "bleu_3", "bleu_4", "dist_1", "dist_2"}
+    for system, answers in (("a", PAIRED_VARIED), ("b", PAIRED_GENERIC)):
+        bleu, dist = corpus_bleu(answers, PAIRED_GOLD), distinct(answers)
+        for order in range(1, 5):
+            assert getattr(compared[f"bleu_{order}"], system) == pytest.approx(bleu[f"bleu_{order}"], abs=1e-12)
+        for order in (1, 2):
+            assert getattr(compared[f"dist_{order}"], system) == pytest.approx(dist[f"dist_{order}"], abs=1e-12)
+    # Eight varied answers against the same two repeated: the randomisation test sees it.
+    dist_2, bleu_2 = compared["dist_2"], compared["bleu_2"]
+    assert dist_2.difference > 0.4 and dist_2.p_value < 0.05 and dist_2.interval is None
+    low, high = bleu_2.interval
+    assert bleu_2.difference > 0 and 0 < low < bleu_2.difference < high and bleu_2.p_value < 0.05
+    # The same answers on both sides differ by nothing, which every resample agrees with.
+    same = compare_paired_text(PAIRED_VARIED, PAIRED_VARIED, PAIRED_GOLD, resamples=200)
+    assert all(m.difference == 0 and m.p_value == 1.0 for m in same.values())
+    assert same["bleu_4"].interval == (0.0, 0.0)
+    # Swapping the systems turns each difference round; the test and interval follow.
+    reverse = compare_paired_text(PAIRED_GENERIC, PAIRED_VARIED, PAIRED_GOLD, resamples=500)
+    assert reverse["dist_2"].difference == pytest.approx(-dist_2.difference)
+    assert reverse["dist_2"].p_value == pytest.approx(dist_2.p_value)
+    assert reverse["bleu_2"].interval == pytest.approx((-high, -low))
+
+
+def test_paired_text_metrics_leave_examples_without_a_reference_out_of_bleu_only():
+    references = PAIRED_GOLD[:-1] + [[]]
+    compared = compare_paired_text(PAIRED_VARIED, PAIRED_GENERIC, references, resamples=100)
+    assert compared["bleu_1"].a == pytest.approx(corpus_bleu(PAIRED_VARIED[:-1], PAIRED_GOLD[:-1])["bleu_1"], abs=1e-12)
+    assert compared["dist_1"].a == pytest.approx(distinct(PAIRED_VARIED)["dist_1"], abs=1e-12)
+    with pytest.raises(ValueError, match="same non-zero number"):
+        compare_paired_text(PAIRED_VARIED, PAIRED_GENERIC[:-1], PAIRED_GOLD)
+
+
+def test_the_paired_bench_compares_two_eval_runs_by_id(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    ids = [f"d{i}" for i in range(len(PAIRED_GOLD))]
+    for name, answers in (("a", PAIRED_VARIED), ("b", PAIRED_GENERIC)):
+        run = tmp_path / name
+        run.mkdir()
+        order = ids if name == "a" else ids[::-1]  # matched by id, not by line
+        texts = dict(zip(ids, answers))
+        (run / "predictions.jsonl").write_text("".join(json.dumps({"id": i, "text": texts[i]}) + "\n" for i in order))
+        (run / "references.jsonl").write_text("".join(json.dumps({"id": i, "response": r}) + "\n"
+                                                      for i, r in zip(ids, PAIRED_GOLD)))
+    command = [sys.executable, "bench/paired_text_metrics.py", str(tmp_path / "a"), str(tmp_path / "b"),
+               "--resamples", "300", "--json", str(tmp_path / "paired.json")]
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| Dist-2 |" in done.stdout and "| BLEU-4 |" in done.stdout
+    written = json.loads((tmp_path / "paired.json").read_text())["metrics"]
+    expected = compare_paired_text(PAIRED_VARIED, PAIRED_GENERIC, PAIRED_GOLD, resamples=300)
+    assert written["dist_2"]["difference"] == pytest.approx(expected["dist_2"].difference)
+    assert written["bleu_2"]["interval"] == pytest.approx(list(expected["bleu_2"].interval))
+    # A run that left an example out is refused, naming it.
+    lines = (tmp_path / "b" / "predictions.jsonl").read_text().splitlines()
+    (tmp_path / "b" / "predictions.jsonl").write_text("\n".join(l for l in lines if '"d3"' not in l) + "\n")
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "run B" in done.stderr and "'d3'" in done.stderr

@@ -12,6 +12,9 @@ is cached in a module global.
 * :func:`repeated_sentences` -- the share of responses that say one sentence twice.
 * :func:`corpus_bleu` -- corpus BLEU-1..4 with brevity penalty and optional smoothing,
   one or more references per example (n-gram statistics from sacreBLEU).
+* :func:`compare_paired_text` -- two systems' answers to the same examples: the
+  differences in corpus BLEU-n and Dist-n, with paired randomisation p-values and (BLEU)
+  bootstrap intervals.
 * :class:`TokenMatchScorer` / :func:`token_match_score` -- a BERTScore-style greedy
   matching of contextual token embeddings, on the packaged all-MiniLM-L6-v2 encoder.
 * :func:`polarity_scores` -- the emotion / sentiment / empathy polarity metrics of
@@ -37,6 +40,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -523,6 +527,138 @@ def corpus_bleu(
         else:
             result[f"bleu_{N}"] = bp * math.exp(sum(logs) / N)
     return result
+
+
+@dataclass(frozen=True)
+class PairedMetric:
+    """One corpus metric of two systems on the same examples.
+
+    ``difference`` is ``a - b``. ``p_value`` is the two-sided paired approximate
+    randomisation test: how often swapping the two systems' answers at random, example by
+    example, gives a difference at least as large. ``interval`` is the paired-bootstrap
+    95 % interval of the difference, for BLEU only (``None`` for Dist-n, see
+    :func:`compare_paired_text`)."""
+
+    a: float
+    b: float
+    difference: float
+    p_value: float
+    interval: Optional[Tuple[float, float]]
+
+
+def compare_paired_text(
+    hypotheses_a: Sequence[str],
+    hypotheses_b: Sequence[str],
+    references: Sequence[References],
+    max_n: int = 4,
+    resamples: int = 2_000,
+    seed: int = 0,
+    tokenizer: Optional[Tokenizer] = None,
+) -> Dict[str, PairedMetric]:
+    """Are A's answers really more varied, or closer to the references, than B's?
+
+    Both systems answered the same examples (``hypotheses_a[i]`` and ``hypotheses_b[i]``
+    to ``references[i]``). Corpus BLEU-1..``max_n`` (:func:`corpus_bleu`, no smoothing) and
+    Dist-1/2 (:func:`distinct`) are corpus scores, not means over examples, so every
+    resample recomputes them from its examples: BLEU from summed per-example n-gram
+    statistics, Dist-n from the n-grams of the answers it holds.
+
+    * The p-value swaps A's and B's answers on a random half of the examples (approximate
+      randomisation, Riezler and Maxwell 2005): the corpus keeps its size, which Dist-n
+      depends on.
+    * The interval (BLEU only) draws examples with replacement. A bootstrap resample of
+      Dist-n holds duplicated answers, which lower it as a repeated answer would, and by
+      more for the more varied system, so its interval would be biased; Dist-n gets none.
+
+    Examples without a reference are left out of BLEU and kept for Dist-n. Returns
+    ``bleu_1`` .. ``bleu_<max_n>``, ``dist_1`` and ``dist_2``; ``a`` and ``b`` are the
+    values :func:`corpus_bleu` and :func:`distinct` give.
+    """
+    n = len(references)
+    if not (len(hypotheses_a) == len(hypotheses_b) == n) or n == 0:
+        raise ValueError(f"need the same non-zero number of answers and references "
+                         f"(got {len(hypotheses_a)}, {len(hypotheses_b)} and {n})")
+    tok = tokenizer or tokenize
+    rng = np.random.default_rng(seed)
+    swapped = rng.random((resamples, n)) < 0.5  # (R, N): the example's answers trade places
+    drawn = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)])  # (R, N)
+    tokens = [[tok(h) for h in hypotheses] for hypotheses in (hypotheses_a, hypotheses_b)]
+
+    # (N, 2 * max_n + 2) per system: clipped matches and totals per order, hypothesis and
+    # reference length; zero for an example without a reference.
+    stats = np.zeros((2, n, 2 * max_n + 2))
+    for i, refs in enumerate(references):
+        refs = [_joined(tok(r)) for r in _as_reference_list(refs)]
+        for system in (0, 1):
+            if refs:
+                matches, totals, hyp_length, ref_length = _bleu_statistics([(_joined(tokens[system][i]), refs)], max_n)
+                stats[system, i] = [*matches, *totals, hyp_length, ref_length]
+    keep, trade = (~swapped).astype(float), swapped.astype(float)
+    result: Dict[str, PairedMetric] = {}
+    for order in range(1, max_n + 1):
+        a, b = (_bleu_from_sums(stats[s].sum(0, keepdims=True), max_n, order)[0] for s in (0, 1))
+        shuffled = (_bleu_from_sums(keep @ stats[0] + trade @ stats[1], max_n, order)
+                    - _bleu_from_sums(keep @ stats[1] + trade @ stats[0], max_n, order))
+        differences = _bleu_from_sums(drawn @ stats[0], max_n, order) - _bleu_from_sums(drawn @ stats[1], max_n, order)
+        low, high = np.quantile(differences, [0.025, 0.975])
+        result[f"bleu_{order}"] = PairedMetric(float(a), float(b), float(a - b), _randomisation_p(a - b, shuffled),
+                                               (float(low), float(high)))
+    for order in (1, 2):
+        a, b, shuffled = _distinct_swapped(tokens[0], tokens[1], order, swapped)
+        result[f"dist_{order}"] = PairedMetric(a, b, a - b, _randomisation_p(a - b, shuffled), None)
+    return result
+
+
+def _randomisation_p(observed: float, shuffled: np.ndarray) -> float:
+    """Two-sided p-value of ``observed`` among the differences of the swapped resamples,
+    counting the observed one (so never 0)."""
+    return float((1 + np.sum(np.abs(shuffled) >= abs(observed) - 1e-12)) / (1 + len(shuffled)))
+
+
+def _bleu_from_sums(sums: np.ndarray, max_n: int, order: int) -> np.ndarray:
+    """BLEU-``order`` without smoothing (as :func:`corpus_bleu`) of each row of summed
+    per-example statistics ``(R, 2 * max_n + 2)``."""
+    matches, totals = sums[:, :order], sums[:, max_n : max_n + order]
+    hyp_length, ref_length = sums[:, 2 * max_n], sums[:, 2 * max_n + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_precision = np.where(matches > 0, np.log(np.maximum(matches, 1) / np.maximum(totals, 1)), -np.inf).mean(1)
+        penalty = np.where(hyp_length > ref_length, 1.0, np.exp(1.0 - ref_length / np.maximum(hyp_length, 1e-12)))
+    return np.where((hyp_length > 0) & np.isfinite(log_precision), penalty * np.exp(log_precision), 0.0)
+
+
+def _distinct_swapped(tokens_a: List[List[str]], tokens_b: List[List[str]], n: int,
+                      swapped: np.ndarray) -> Tuple[float, float, np.ndarray]:
+    """Dist-``n`` of A and B, and A's minus B's for each row of ``swapped`` ``(R, N)``,
+    where the two systems' answers to the examples it marks trade places."""
+    ids: Dict[Tuple[str, ...], int] = {}
+    holds = []  # per system, (example, n-gram id) pairs: the answer holds that n-gram
+    lengths = np.zeros((2, len(tokens_a)))
+    for system, tokens in enumerate((tokens_a, tokens_b)):
+        pairs = []
+        for i, answer in enumerate(tokens):
+            grams = _ngrams(answer, n)
+            lengths[system, i] = len(grams)
+            pairs += [(i, ids.setdefault(gram, len(ids))) for gram in set(grams)]
+        holds.append(pairs)
+    incidence = np.zeros((2, len(tokens_a), max(1, len(ids))), dtype=np.float32)  # (system, example, n-gram)
+    for system, pairs in enumerate(holds):
+        if pairs:
+            examples, grams = zip(*pairs)
+            incidence[system, list(examples), list(grams)] = 1.0
+
+    def dist(own: np.ndarray) -> np.ndarray:
+        """Dist-n of the corpus that takes A's answer where ``own`` (R, N) is 1, else B's."""
+        other = 1.0 - own
+        unique = np.concatenate([((o @ incidence[0] + t @ incidence[1]) > 0).sum(1)
+                                 for o, t in zip(np.array_split(own, max(1, len(own) // 256)),
+                                                 np.array_split(other, max(1, len(own) // 256)))])
+        total = own @ lengths[0] + other @ lengths[1]
+        return np.where(total > 0, unique / np.maximum(total, 1), 0.0)
+
+    plain = np.ones((1, len(tokens_a)), dtype=np.float32)
+    a, b = float(dist(plain)[0]), float(dist(1.0 - plain)[0])
+    trade = swapped.astype(np.float32)
+    return a, b, dist(1.0 - trade) - dist(trade)
 
 
 # ---------------------------------------------------------------------------------------
