@@ -179,3 +179,25 @@ def test_a_run_recorded_before_the_penalty_resumes_without_it(tmp_path):
     check_run_info(tmp_path, dict(older, decoding=dict(older["decoding"], generic_reply_penalty=0.0)))
     with pytest.raises(RunMismatchError, match="generic_reply_penalty"):
         check_run_info(tmp_path, dict(older, decoding=dict(older["decoding"], generic_reply_penalty=0.5)))
+
+
+def test_a_run_records_how_many_reply_tokens_the_penalty_reached(tmp_path):
+    """`small`'s count went from 4 to 6: a run written with 4 (recorded before the count
+    was) resumes only with 4, and a run records the count whenever the penalty is on."""
+    from empatheia.evaluation.model_runs import RunMismatchError, RunOptions, check_run_info
+
+    settings = EmpatheiaConfig.from_preset("tiny", {"language_model.generic_reply_tokens": 6}).language_model
+    decoding = Decoding(do_sample=False, no_repeat_ngram_size=3, repetition_penalty=1.0, block_repeated_sentences=True,
+                        generic_reply_penalty=0.3)
+    recorded = RunOptions(decoding=decoding, info={"model": "small"}).run_info(settings)
+    assert recorded["decoding"]["generic_reply_penalty"] == 0.3 and recorded["decoding"]["generic_reply_tokens"] == 6
+    greedy = RunOptions(info={"model": "small"}).run_info(settings)
+    assert "generic_reply_tokens" not in greedy["decoding"]  # nothing to reach without the penalty
+
+    older = {"model": "small", "decoding": {"do_sample": False, "no_repeat_ngram_size": 3, "repetition_penalty": 1.0,
+                                            "block_repeated_sentences": True, "generic_reply_penalty": 0.3}}
+    (tmp_path / "run.json").write_text(json.dumps(older))
+    (tmp_path / "predictions.jsonl").write_text('{"id": "a"}\n')
+    with pytest.raises(RunMismatchError, match="'generic_reply_tokens': 4}.*'generic_reply_tokens': 6}"):
+        check_run_info(tmp_path, recorded)
+    check_run_info(tmp_path, dict(older, decoding=dict(older["decoding"], generic_reply_tokens=4)))

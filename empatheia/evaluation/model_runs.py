@@ -95,8 +95,13 @@ class RunOptions:
         """What ``run.json`` records: :attr:`info` with the generation settings, the
         decoding's with ``language_model``'s (the model config's section) defaults filled in."""
         decoding = self.decoding.resolved(language_model) if language_model is not None else self.decoding
+        record = decoding.record()
+        if language_model is not None and record.get("generic_reply_penalty"):
+            # How many of the reply's tokens the penalty reaches is the config's: a preset
+            # whose count changes must not resume a run written with the old one.
+            record["generic_reply_tokens"] = int(language_model.generic_reply_tokens)
         return dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
-                    animate=bool(self.animate), decoding=decoding.record())
+                    animate=bool(self.animate), decoding=record)
 
 
 # ====================================================================== media
@@ -191,6 +196,8 @@ def _with_defaults(info: Mapping[str, Any]) -> Dict[str, Any]:
     out = dict(RUN_DEFAULTS, **info)
     if isinstance(out["decoding"], dict):
         decoding = dict(GREEDY_RECORD, **out["decoding"])
+        if decoding["generic_reply_penalty"]:
+            decoding.setdefault("generic_reply_tokens", 4)  # the only count before it was recorded
         if decoding["do_sample"]:
             decoding.setdefault("sample_chain", True)  # sampling drew the chain too before it could be left out
         out["decoding"] = decoding
