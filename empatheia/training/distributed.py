@@ -77,7 +77,7 @@ def use_this_environments_ninja() -> None:
     first on ``PATH``, where there is one.
 
     On the CPU, DeepSpeed compiles a shared-memory collective the first time a process
-    group starts (about 20 s; cached under ``~/.cache/torch_extensions``) with whichever
+    group starts (24 s on 2 cores; cached under ``~/.cache/torch_extensions``) with whichever
     ``ninja`` comes first on ``PATH``. Run without activating the environment
     (``.venv/bin/empatheia train``) on a machine with no system ninja, that build fails and
     training cannot start; where a system ninja exists beside the environment's, the two
