@@ -497,6 +497,22 @@ def test_the_environments_ninja_comes_first_on_the_path(tmp_path, monkeypatch):
     use_this_environments_ninja()
     assert os.environ["PATH"] == first  # already first: left as it is
 
+    # A CPU process group puts it first before DeepSpeed starts (a group of one here,
+    # which this process may already hold: it is not started again).
+    from empatheia.training import distributed
+
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", os.environ.get("MASTER_PORT", "29500"))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("EMPATHEIA_LONE_GROUP", raising=False)
+    monkeypatch.setattr(distributed.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 1)
+    monkeypatch.setenv("PATH", str(system))
+    assert distributed.init_processes().device.type == "cpu"
+    assert shutil.which("ninja") == ours
+
 
 _ORPHAN_SCRIPT = """
 import os, sys, time, multiprocessing

@@ -581,7 +581,7 @@ def compare_paired_text(
     tok = tokenizer or tokenize
     rng = np.random.default_rng(seed)
     swapped = rng.random((resamples, n)) < 0.5  # (R, N): the example's answers trade places
-    drawn = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(resamples)])  # (R, N)
+    drawn = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples)  # (R, N): times each example is drawn
     tokens = [[tok(h) for h in hypotheses] for hypotheses in (hypotheses_a, hypotheses_b)]
 
     # (N, 2 * max_n + 2) per system: clipped matches and totals per order, hypothesis and
