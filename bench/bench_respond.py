@@ -122,7 +122,7 @@ def instrument(model, clock: Clock) -> None:
     model.answer_hidden_states = clock.wrap("signal pass", model.answer_hidden_states)
     model.content_synchronizer.forward = clock.wrap("heads", model.content_synchronizer.forward)
     model.style_disentangler.forward = clock.wrap("heads", model.style_disentangler.forward)
-    model.chain_emotion_predictions = clock.wrap("heads", model.chain_emotion_predictions)
+    model.chain_emotion_scores = clock.wrap("heads", model.chain_emotion_scores)
     speech, talking_head = model.generators()
     speech.synthesize = clock.wrap("speech", speech.synthesize)
     talking_head.animate = clock.wrap("video", talking_head.animate)

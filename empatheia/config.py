@@ -371,6 +371,18 @@ class StyleDisentanglerConfig(TransformerVAEConfig):
     emotion_fold_replace: bool = False
     """Read free-text emotions through ``emotion_fold`` alone; by default it extends the
     built-in fold (:class:`~empatheia.labels.LabelSets`)."""
+    chain_emotion_prior_weight: float = 0.0
+    """At inference, the weight of the Chain of Empathy's emotion (its distribution over
+    ``language_model.chain_emotions``, folded onto ``emotion_labels``) in the emotion that
+    styles the voice and the face: its log-probabilities times this are added to the
+    emotion classifier's (:meth:`~empatheia.Empatheia.style_emotion_prior`). 0 leaves the
+    classifier alone; training never uses it. See
+    :class:`~empatheia.heads.StyleDisentangler` for why."""
+
+    def __post_init__(self):
+        if not 0 <= self.chain_emotion_prior_weight < float("inf"):
+            raise ValueError("style_disentangler.chain_emotion_prior_weight must be a finite number of 0 or more, "
+                             f"got {self.chain_emotion_prior_weight}")
 
 
 @dataclass

@@ -22,7 +22,7 @@ from .decoding import Decoding
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
-from .labels import LabelSets
+from .labels import LabelSets, UnknownEmotionError
 from .language_model import (
     ADAPTER_CONFIG_NAME,
     AUDIO_PLACEHOLDER,
@@ -893,7 +893,8 @@ class Empatheia(nn.Module, Responder):
         the hidden states of the whole sequence feed the Content Synchronizer (response
         tokens) and the Style Disentangler (signal tokens), and, with
         ``language_model.chain_emotions``, give ``response.chain_emotion``
-        (:meth:`chain_emotion_predictions`). ``speech_lengths`` gives the content lengths
+        (:meth:`chain_emotion_scores`), which the Style Disentangler's emotion is fused
+        with (:meth:`style_emotion_prior`). ``speech_lengths`` gives the content lengths
         per dialogue (speech units: rows of C^s and of C^v); by default the speech
         generator gives them when speaking or when the Content Synchronizer reads unit ids
         (``unit_vocab_size > 0``, then the generator's ``content_units`` of each
@@ -946,24 +947,67 @@ class Empatheia(nn.Module, Responder):
             speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
-        style = self.style_disentangler(*self.style_inputs(hidden, full_batch))
-        chain_emotions = self.chain_emotion_predictions(hidden, full_batch["emotion_slot"], emotion_prior)
+        chain_scores = self.chain_emotion_scores(hidden, full_batch["emotion_slot"], emotion_prior)
+        style = self.style_disentangler(*self.style_inputs(hidden, full_batch),
+                                        emotion_prior=self.style_emotion_prior(chain_scores))
+        chain_emotions = self._chain_label_predictions(chain_scores, len(items))
         return self._package(items, prompts, texts, parsed, content, style, chain_emotions)
+
+    def chain_emotion_scores(self, hidden: torch.Tensor, slot: torch.Tensor,
+                             prior: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+        """``(B, K)`` the Chain of Empathy's emotion as log-probabilities over the K
+        ``language_model.chain_emotions``: the language model's next-token probabilities at
+        each row's emotion slot ``(B, L)`` (hidden states ``(B, L, H)``), restricted to the
+        labels' first tokens and renormalised, fused with ``prior`` ``(B, K)`` where given
+        (:meth:`chain_emotion_prior`; the choice the chain wrote). Rows without the step are
+        NaN; ``None`` when no labels are configured."""
+        if self._chain_emotion_ids is None:
+            return None
+        has_step = slot.any(1)
+        scores = hidden.new_full((slot.shape[0], len(self._chain_emotion_ids)), float("nan"), dtype=torch.float32)
+        if bool(has_step.any()):
+            logits = self.language_model.get_output_embeddings()(hidden[slot])  # (R, V), R = rows with the step
+            scores[has_step] = fused_label_scores(logits[:, self._chain_emotion_ids],
+                                                  None if prior is None else prior[has_step])
+        return scores
 
     def chain_emotion_predictions(self, hidden: torch.Tensor, slot: torch.Tensor,
                                   prior: Optional[torch.Tensor] = None) -> List[Optional[LabelPrediction]]:
-        """The Chain of Empathy's emotion as a distribution over
-        ``language_model.chain_emotions``: the language model's next-token probabilities
-        at each row's emotion slot ``(B, L)`` (hidden states ``(B, L, H)``), restricted to
-        the labels' first tokens and renormalised, fused with ``prior`` ``(B, K)`` where
-        given (:meth:`chain_emotion_prior`; the choice the chain wrote). ``None`` for a row
-        without the step, and for every row when no labels are configured."""
-        rows = slot.any(1).tolist()
-        if self._chain_emotion_ids is None or not any(rows):
-            return [None] * len(rows)
-        logits = self.language_model.get_output_embeddings()(hidden[slot])  # (R, V), R = rows with the step
-        predictions = iter(self.label_predictions(logits, None if prior is None else prior[slot.any(1)]))
-        return [next(predictions) if has_step else None for has_step in rows]
+        """The chain's emotion per row (:meth:`chain_emotion_scores`, which takes the same
+        arguments): ``None`` for a row without the step, and for every row when no labels
+        are configured."""
+        return self._chain_label_predictions(self.chain_emotion_scores(hidden, slot, prior), slot.shape[0])
+
+    def _chain_label_predictions(self, scores: Optional[torch.Tensor], rows: int) -> List[Optional[LabelPrediction]]:
+        if scores is None:
+            return [None] * rows
+        has_step = ~scores.isnan().any(1)
+        predictions = iter(_predictions(scores[has_step], self.config.language_model.chain_emotions))
+        return [next(predictions) if row else None for row in has_step.tolist()]
+
+    def style_emotion_prior(self, chain_scores: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """``(B, E)`` what the Style Disentangler's emotion is fused with at inference: the
+        chain's emotion ``(B, K)`` log-probabilities (:meth:`chain_emotion_scores`), its
+        probabilities summed over the chain labels of each of the E classes
+        (:meth:`label_sets`' fold) and renormalised, as log-probabilities times
+        ``style_disentangler.chain_emotion_prior_weight``. Zeros for a row without the step or
+        whose labels reach no class; ``None`` when the weight is 0 or there are no labels."""
+        weight = self.config.style_disentangler.chain_emotion_prior_weight
+        if chain_scores is None or weight == 0:
+            return None
+        labels = self.label_sets()
+        fold = torch.zeros(chain_scores.shape[1], len(labels.emotions), device=chain_scores.device)  # (K, E)
+        for row, label in enumerate(self.config.language_model.chain_emotions):
+            try:
+                fold[row, labels.emotion_index(label)] = 1.0
+            except UnknownEmotionError:
+                pass  # a chain label outside the classes says nothing about them
+        mass = chain_scores.exp().nan_to_num(0.0) @ fold  # (B, E)
+        total = mass.sum(1, keepdim=True)
+        # A class the chain gives no mass is ruled out only as far as float32 allows:
+        # the floor keeps a later fusion finite.
+        prior = (mass / total.clamp_min(1e-12)).clamp_min(1e-12).log() * weight
+        return torch.where(total > 0, prior, torch.zeros_like(prior))
 
     def _package(self, items, prompts, texts, parsed, content: ContentOutput, style: StyleOutput,
                  chain_emotions: Sequence[Optional[LabelPrediction]]) -> List[EmpatheticResponse]:

@@ -44,7 +44,8 @@ class EmpatheticResponse:
     text: str
     chain: ChainOfEmpathy
     emotion: LabelPrediction
-    """The Style Disentangler's emotion class, which styles the voice and the face."""
+    """The Style Disentangler's emotion class, which styles the voice and the face; fused
+    with the chain's emotion where ``style_disentangler.chain_emotion_prior_weight`` > 0."""
     profile: Dict[str, LabelPrediction]
     speech_content: torch.Tensor
     speech_style: torch.Tensor

@@ -193,7 +193,7 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     """What `make demo` shows: the trained weights in empatheia/weights/small answer the
     first example (a speaker whose long project was cancelled) with a parsed Chain of
     Empathy whose emotion is of the sad class, and an English reply without special or
-    signal tokens. Greedy decoding, so the answer is reproducible."""
+    signal tokens. `small`'s decoding is deterministic, so the answer is reproducible."""
     from empatheia.data import avamerg_dialogue
     from empatheia.labels import fold_emotion
     from empatheia.pretrained import shipped_weights
@@ -231,6 +231,33 @@ def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small
     assert sad.emotion.label == "sad" and happy.emotion.label == "happy"
     assert (sad.speech_style - happy.speech_style).abs().max() > 0.1
     assert (sad.video_style - happy.video_style).abs().max() > 0.1
+
+
+def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(small_model):
+    """The demo's first example with `small`'s decoding (the penalty on generic openings):
+    the answer consoles ("Don't worry. You can still manage."), which the head alone reads
+    as angry (0.71). Fused with the chain's *disappointed*, the voice and the face are sad,
+    and the answer's text is the same."""
+    from empatheia.data import avamerg_dialogue
+    from empatheia.generators.avatar_renderer import AvatarRenderer
+    from empatheia.labels import fold_emotion
+
+    model = small_model
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    dialogue = avamerg_dialogue(json.loads((examples / "dialogues.json").read_text())[0])
+    fused = model.respond(dialogue)
+    assert fold_emotion(fused.chain_emotion.label) == "sad", fused.chain_emotion.label
+    assert fused.emotion.label == "sad" and fused.emotion.probabilities["sad"] >= 0.5, fused.emotion
+    face = AvatarRenderer(model.config.content_synchronizer.video_content_dim,
+                          model.config.style_disentangler.video_style_dim).describe_style(fused.video_style)
+    assert face["emotion"] == "sad", face
+    weight, model.config.style_disentangler.chain_emotion_prior_weight = model.config.style_disentangler.chain_emotion_prior_weight, 0.0
+    try:
+        alone = model.respond(dialogue)
+    finally:
+        model.config.style_disentangler.chain_emotion_prior_weight = weight
+    assert alone.text == fused.text and alone.chain_emotion.label == fused.chain_emotion.label
+    assert alone.emotion.label != "sad", alone.emotion  # what the fusion corrects
 
 
 def test_the_shipped_weights_share_the_speakers_fear_and_anger_in_the_face(small_model):

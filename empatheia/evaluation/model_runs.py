@@ -63,7 +63,8 @@ PathLike = Union[str, Path]
 RUN_NAME = "run.json"
 MEDIA_DIR = "media"
 """Subfolder of a model run's output that holds the responses' audio and video."""
-RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False, "decoding": GREEDY_RECORD}
+RUN_DEFAULTS: Dict[str, Any] = {"speak": False, "animate": False, "decoding": GREEDY_RECORD,
+                                "chain_emotion_prior_weight": 0.0}
 """Settings a ``run.json`` written before they existed is read as having."""
 
 
@@ -91,17 +92,29 @@ class RunOptions:
     """What identifies the run besides the settings above (e.g. the model and the data);
     checked against ``run.json`` (:func:`check_run_info`)."""
 
-    def run_info(self, language_model: Any = None) -> Dict[str, Any]:
+    def run_info(self, language_model: Any = None, style_disentangler: Any = None) -> Dict[str, Any]:
         """What ``run.json`` records: :attr:`info` with the generation settings, the
-        decoding's with ``language_model``'s (the model config's section) defaults filled in."""
+        decoding's with ``language_model``'s (the model config's section) defaults filled
+        in, and ``style_disentangler``'s (its section) weight of the chain's emotion."""
         decoding = self.decoding.resolved(language_model) if language_model is not None else self.decoding
         record = decoding.record()
         if language_model is not None and record.get("generic_reply_penalty"):
             # How many of the reply's tokens the penalty reaches is the config's: a preset
             # whose count changes must not resume a run written with the old one.
             record["generic_reply_tokens"] = int(language_model.generic_reply_tokens)
-        return dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
+        info = dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
                     animate=bool(self.animate), decoding=record)
+        if style_disentangler is not None:
+            # It decides the emotion, voice and face of every answer, as the decoding
+            # decides its words: a run resumed under another weight would mix the two.
+            info["chain_emotion_prior_weight"] = float(style_disentangler.chain_emotion_prior_weight)
+        return info
+
+
+def model_run_info(options: RunOptions, model: Any) -> Dict[str, Any]:
+    """:meth:`RunOptions.run_info` with ``model``'s config sections; a system whose config
+    has no Style Disentangler section (a variant without one) records no style weight."""
+    return options.run_info(model.config.language_model, getattr(model.config, "style_disentangler", None))
 
 
 # ====================================================================== media
@@ -286,7 +299,7 @@ def run_model(
         labels = as_label_sets(labels) or model.label_sets()
         references = references_from_dialogues(dialogues, labels, file=data_file)
         speak = bool(options.speak or options.animate)
-        check_run_info(out_dir, options.run_info(model.config.language_model))
+        check_run_info(out_dir, model_run_info(options, model))
         references_path = write_jsonl(out_dir / REFERENCES_NAME, references)
         predictions_path = out_dir / PREDICTIONS_NAME
         done = {p["id"] for p in recover_predictions(predictions_path)}
@@ -355,9 +368,10 @@ def evaluate_dataset(
     with folder_lock(out_dir):
         summary = run_model(model, dialogues, out_dir, run, labels=scoring.labels, data_file=data)
         metrics = score_files(summary.predictions_path, summary.references_path, scoring, keep_ids=[d.id for d in dialogues])
-        info = run.run_info(model.config.language_model)
+        info = model_run_info(run, model)
         metrics["run"] = {"selected": summary.selected, "resumed": summary.resumed, "generated": summary.generated,
                           **dict(run.info), "speak": info["speak"], "animate": info["animate"],
-                          "decoding": info["decoding"]}
+                          "decoding": info["decoding"],
+                          "chain_emotion_prior_weight": info.get("chain_emotion_prior_weight", 0.0)}
         write_metrics(metrics, out_dir)
     return metrics, summary

@@ -58,6 +58,14 @@ class StyleDisentangler(nn.Module):
     an unsure one a mix of its candidates'. The probabilities are held fixed there: the
     classifiers learn from eq. 11 alone.
 
+    An ``emotion_prior`` (at inference, the chain's emotion folded onto the classes,
+    :meth:`~empatheia.Empatheia.style_emotion_prior`) is added to the emotion
+    classifier's log-probabilities before they pick the offsets and are returned. Why:
+    the signal tokens come after the reply, so the classifier also reads the reply's
+    wording, and a consoling "Don't worry." can read as another emotion than the one the
+    chain named and the reply answers; the prior keeps the voice and the face on the
+    chain's emotion.
+
     Args:
         config: the head's sizes and labels.
         input_dim: width of the language model's hidden states.
@@ -108,6 +116,7 @@ class StyleDisentangler(nn.Module):
         video_signal: torch.Tensor,
         chain_state: Optional[torch.Tensor] = None,
         has_chain: Optional[torch.Tensor] = None,
+        emotion_prior: Optional[torch.Tensor] = None,
     ) -> StyleOutput:
         """
         Args:
@@ -117,6 +126,9 @@ class StyleDisentangler(nn.Module):
                 only with ``config.reads_chain_emotion``. ``None`` means no row has one.
             has_chain: ``(B,)`` bool, which rows of ``chain_state`` hold a slot's state
                 (default: all of them when ``chain_state`` is given).
+            emotion_prior: ``(B, num_emotions)`` log-probabilities added to the emotion
+                classifier's; the returned ``emotion_logits`` are then the fused
+                log-probabilities. A row of zeros leaves its row as the classifier read it.
         """
         b = speech_signal.shape[0]
         dtype = self.queries.dtype
@@ -139,6 +151,8 @@ class StyleDisentangler(nn.Module):
         emotion = self.emotion_fusion(torch.cat([emotion_s, emotion_v], -1))
         profile = self.profile_fusion(torch.cat([profile_s, profile_v], -1))
         emotion_logits = self.emotion_classifier(emotion)
+        if emotion_prior is not None:
+            emotion_logits = emotion_logits.float().log_softmax(-1) + emotion_prior.float()
         profile_logits = {name: head(profile) for name, head in self.profile_classifiers.items()}
         speech_style = self.speech_style_layer(torch.cat([emotion_s, profile_s], -1))
         video_style = self.video_style_layer(torch.cat([emotion_v, profile_v], -1))

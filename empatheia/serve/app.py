@@ -68,7 +68,8 @@ class TurnResult(BaseModel):
     text: str
     chain_of_empathy: Dict[str, Any] = Field(
         description="event_scenario, speaker_emotion, emotion_cause, goal_to_response, raw, parsed")
-    emotion: Prediction = Field(description="the Style Disentangler's class, which styles the voice and face")
+    emotion: Prediction = Field(description="the Style Disentangler's class (fused with the chain's emotion where "
+                                            "the model config says so), which styles the voice and face")
     chain_emotion: Optional[Prediction] = Field(None, description="the speaker's emotion as the chain weighs it")
     style_agreement: Optional[str] = None
     avatar: Optional[str] = None
