@@ -58,11 +58,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     labels = LabelSets.from_yaml(args.labels) if args.labels else LabelSets()
     references = read_records(args.a / "references.jsonl")
-    runs = {"A": read_records(args.a / "predictions.jsonl"), "B": read_records(args.b / "predictions.jsonl")}
+    folders = {"A": args.a, "B": args.b}
+    runs = {name: read_records(folder / "predictions.jsonl") for name, folder in folders.items()}
     for name, run in runs.items():
         missing, extra = sorted(set(references) - set(run)), sorted(set(run) - set(references))
         if missing or extra:
-            raise SystemExit(f"run {name} ({args.a if name == 'A' else args.b}) does not answer the same examples: "
+            raise SystemExit(f"run {name} ({folders[name]}) does not answer the same examples: "
                              f"{len(missing)} missing (first {missing[:3]}), {len(extra)} not in the references "
                              f"(first {extra[:3]})")
     ids = list(references)
@@ -73,7 +74,7 @@ def main(argv=None) -> None:
         chain = [folded(labels, run[i].get("chain_emotion")) for i in ids]
         right[name] = [s is not None and s == g for s, g in zip(styled, gold)]
         agree = sum(s is not None and s == c for s, c in zip(styled, chain))
-        print(f"{name} ({[args.a, args.b][name == 'B']}): styled as the reference's class on "
+        print(f"{name} ({folders[name]}): styled as the reference's class on "
               f"{sum(right[name])} of {len(ids)} ({sum(right[name]) / len(ids):.1%}), as its own chain's on "
               f"{agree} ({agree / len(ids):.1%})")
     differ = sum(runs["A"][i].get("emotion") != runs["B"][i].get("emotion") for i in ids)

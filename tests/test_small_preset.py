@@ -242,20 +242,20 @@ def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(smal
     from empatheia.generators.avatar_renderer import AvatarRenderer
     from empatheia.labels import fold_emotion
 
-    model = small_model
+    config = small_model.config.style_disentangler
     examples = Path(__file__).resolve().parents[1] / "examples"
     dialogue = avamerg_dialogue(json.loads((examples / "dialogues.json").read_text())[0])
-    fused = model.respond(dialogue)
+    fused = small_model.respond(dialogue)
     assert fold_emotion(fused.chain_emotion.label) == "sad", fused.chain_emotion.label
     assert fused.emotion.label == "sad" and fused.emotion.probabilities["sad"] >= 0.5, fused.emotion
-    face = AvatarRenderer(model.config.content_synchronizer.video_content_dim,
-                          model.config.style_disentangler.video_style_dim).describe_style(fused.video_style)
+    renderer = AvatarRenderer(small_model.config.content_synchronizer.video_content_dim, config.video_style_dim)
+    face = renderer.describe_style(fused.video_style)
     assert face["emotion"] == "sad", face
-    weight, model.config.style_disentangler.chain_emotion_prior_weight = model.config.style_disentangler.chain_emotion_prior_weight, 0.0
+    weight, config.chain_emotion_prior_weight = config.chain_emotion_prior_weight, 0.0
     try:
-        alone = model.respond(dialogue)
+        alone = small_model.respond(dialogue)
     finally:
-        model.config.style_disentangler.chain_emotion_prior_weight = weight
+        config.chain_emotion_prior_weight = weight
     assert alone.text == fused.text and alone.chain_emotion.label == fused.chain_emotion.label
     assert alone.emotion.label != "sad", alone.emotion  # what the fusion corrects
 
