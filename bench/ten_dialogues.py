@@ -8,8 +8,8 @@
 Grief, success, anger, fear, loneliness, a follow-up after the listener asked how the
 speaker is holding up, guilt, surprise, disappointment and gratitude, written for this
 project (no dataset's text). Each row gives the chain the model wrote (its steps, as
-parsed) and the answer; ``--markdown`` prints a Markdown table, ``--json FILE`` writes the
-rows.
+parsed), the emotion class that styled the voice and face (``response.emotion``) and the
+answer; ``--markdown`` prints a Markdown table, ``--json FILE`` writes the rows.
 """
 
 from __future__ import annotations
@@ -62,18 +62,19 @@ def main() -> None:
         chain = {step: getattr(response.chain, step) for step in STEPS if getattr(response.chain, step)}
         rows.append({"dialogue": conversation["conversation_id"],
                      "speaker": conversation["turns"][-1]["dialogue_history"][-1]["utterance"],
-                     "chain": chain, "answer": response.text})
+                     "chain": chain, "style": response.emotion.label, "answer": response.text})
     if args.markdown:
-        print("| dialogue | the speaker's last turn | chain (emotion) | answer |")
-        print("| --- | --- | --- | --- |")
+        print("| dialogue | the speaker's last turn | chain (emotion) | voice and face | answer |")
+        print("| --- | --- | --- | --- | --- |")
         for row in rows:
             emotion = row["chain"].get("speaker_emotion", "–")
-            print(f"| {row['dialogue']} | {row['speaker']} | {emotion} | {row['answer']} |")
+            print(f"| {row['dialogue']} | {row['speaker']} | {emotion} | {row['style']} | {row['answer']} |")
     else:
         for row in rows:
             print(f"[{row['dialogue']}] {row['speaker']}")
             for step, text in row["chain"].items():
                 print(f"    {step}: {text}")
+            print(f"    voice and face: {row['style']}")
             print(f"    answer: {row['answer']}\n")
     print(f"{len(rows)} answers in {seconds:.1f} s", file=sys.stderr)
     if args.json:
