@@ -54,6 +54,9 @@ TOKENIZER_DIR = "tokenizer"
 # Version 1 kept the language model's adapter in WEIGHTS_NAME too (the shipped `small`
 # weights still do); version 2 writes it as a PEFT adapter beside it.
 WEIGHTS_VERSION = "2"
+FUSED_EMOTION_SOURCE = "the Style Disentangler (from the signal tokens), fused with the chain's emotion"
+"""``response.emotion_source`` where the style's emotion was fused with the chain's
+(``style_disentangler.chain_emotion_prior_weight`` > 0)."""
 _LM_PREFIX = "language_model."
 
 _STANDARDIZER_BUFFERS = (".running_mean", ".running_var", ".updates")
@@ -948,10 +951,11 @@ class Empatheia(nn.Module, Responder):
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
         chain_scores = self.chain_emotion_scores(hidden, full_batch["emotion_slot"], emotion_prior)
-        style = self.style_disentangler(*self.style_inputs(hidden, full_batch),
-                                        emotion_prior=self.style_emotion_prior(chain_scores))
+        style_prior = self.style_emotion_prior(chain_scores)
+        style = self.style_disentangler(*self.style_inputs(hidden, full_batch), emotion_prior=style_prior)
         chain_emotions = self._chain_label_predictions(chain_scores, len(items))
-        return self._package(items, prompts, texts, parsed, content, style, chain_emotions)
+        source = FUSED_EMOTION_SOURCE if style_prior is not None else None
+        return self._package(items, prompts, texts, parsed, content, style, chain_emotions, source)
 
     def chain_emotion_scores(self, hidden: torch.Tensor, slot: torch.Tensor,
                              prior: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
@@ -1010,7 +1014,8 @@ class Empatheia(nn.Module, Responder):
         return torch.where(total > 0, prior, torch.zeros_like(prior))
 
     def _package(self, items, prompts, texts, parsed, content: ContentOutput, style: StyleOutput,
-                 chain_emotions: Sequence[Optional[LabelPrediction]]) -> List[EmpatheticResponse]:
+                 chain_emotions: Sequence[Optional[LabelPrediction]],
+                 emotion_source: Optional[str] = None) -> List[EmpatheticResponse]:
         sd = self.config.style_disentangler
         emotion = _predictions(style.emotion_logits, sd.emotion_labels)
         profiles = {name: _predictions(style.profile_logits[name], values) for name, values in sd.profile_labels.items()}
@@ -1030,6 +1035,7 @@ class Empatheia(nn.Module, Responder):
                     dialogue_id=dialogue.id,
                     generated_text=text,
                     dropped_turns=prompts[i].first_turn,
+                    emotion_source=emotion_source or EmpatheticResponse.emotion_source,
                 )
             )
         return responses

@@ -241,6 +241,8 @@ def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(smal
     from empatheia.data import avamerg_dialogue
     from empatheia.generators.avatar_renderer import AvatarRenderer
     from empatheia.labels import fold_emotion
+    from empatheia.modeling import FUSED_EMOTION_SOURCE
+    from empatheia.page import response_page
 
     config = small_model.config.style_disentangler
     examples = Path(__file__).resolve().parents[1] / "examples"
@@ -258,6 +260,9 @@ def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(smal
         config.chain_emotion_prior_weight = weight
     assert alone.text == fused.text and alone.chain_emotion.label == fused.chain_emotion.label
     assert alone.emotion.label != "sad", alone.emotion  # what the fusion corrects
+    # The page and the API say what chose the class.
+    assert fused.emotion_source == FUSED_EMOTION_SOURCE and alone.emotion_source != FUSED_EMOTION_SOURCE
+    assert "fused with the chain" in response_page(fused)
 
 
 def test_the_shipped_weights_share_the_speakers_fear_and_anger_in_the_face(small_model):
