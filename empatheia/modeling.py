@@ -993,9 +993,11 @@ class Empatheia(nn.Module, Responder):
         """``(B, E)`` what the Style Disentangler's emotion is fused with at inference: the
         chain's emotion ``(B, K)`` log-probabilities (:meth:`chain_emotion_scores`), its
         probabilities summed over the chain labels of each of the E classes
-        (:meth:`label_sets`' fold) and renormalised, as log-probabilities times
-        ``style_disentangler.chain_emotion_prior_weight``. Zeros for a row without the step or
-        whose labels reach no class; ``None`` when the weight is 0 or there are no labels."""
+        (:meth:`label_sets`' fold), as log-probabilities times
+        ``style_disentangler.chain_emotion_prior_weight``. The mass on chain labels the fold
+        does not reach says nothing about the classes, so it is spread evenly over them.
+        Zeros for a row without the step; ``None`` when the weight is 0 or there are no
+        labels."""
         weight = self.config.style_disentangler.chain_emotion_prior_weight
         if chain_scores is None or weight == 0:
             return None
@@ -1005,13 +1007,14 @@ class Empatheia(nn.Module, Responder):
             try:
                 fold[row, labels.emotion_index(label)] = 1.0
             except UnknownEmotionError:
-                pass  # a chain label outside the classes says nothing about them
-        mass = chain_scores.exp().nan_to_num(0.0) @ fold  # (B, E)
-        total = mass.sum(1, keepdim=True)
-        # A class the chain gives no mass is ruled out only as far as float32 allows:
-        # the floor keeps a later fusion finite.
-        prior = (mass / total.clamp_min(1e-12)).clamp_min(1e-12).log() * weight
-        return torch.where(total > 0, prior, torch.zeros_like(prior))
+                pass
+        has_step = ~chain_scores.isnan().any(1, keepdim=True)  # (B, 1)
+        probabilities = chain_scores.exp().nan_to_num(0.0)  # (B, K)
+        unread = probabilities @ (1.0 - fold.sum(1, keepdim=True))  # (B, 1) on labels of no class
+        mass = probabilities @ fold + unread / fold.shape[1]  # (B, E)
+        # The floor keeps a class the chain rules out finite for the fusion after it.
+        prior = (mass / mass.sum(1, keepdim=True).clamp_min(1e-12)).clamp_min(1e-12).log() * weight
+        return torch.where(has_step, prior, torch.zeros_like(prior))
 
     def _package(self, items, prompts, texts, parsed, content: ContentOutput, style: StyleOutput,
                  chain_emotions: Sequence[Optional[LabelPrediction]],

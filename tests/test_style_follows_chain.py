@@ -75,9 +75,23 @@ def test_the_chains_labels_fold_onto_the_classes_and_weigh_as_set():
     assert float(prior[1, classes.index("sad")]) == pytest.approx(2.0 * math.log(0.5), abs=1e-5)
     others = [classes.index(c) for c in classes if c not in expected]
     assert bool((prior[:2, others] < -50).all())  # no mass: as good as ruled out, yet finite
+    assert torch.isfinite(prior).all()
     assert torch.equal(prior[2], torch.zeros(len(classes)))  # no say where the chain named none
     assert _tiny(0.0).style_emotion_prior(chain) is None
     assert model.style_emotion_prior(None) is None  # no chain labels configured
+
+
+def test_a_fine_tuned_label_set_reads_only_the_chain_labels_it_knows():
+    """A dataset's own classes (downstream fine-tuning): the mass of chain labels its fold
+    does not reach says nothing, so it is spread evenly over the classes."""
+    from empatheia.labels import LabelSets
+
+    model = _tiny(1.0).set_label_sets(LabelSets(emotions=["calm", "happy"], emotion_fold={"joyful": "happy"},
+                                                emotion_fold_replace=True))
+    chain = torch.tensor([[0.1, 0.6, 0.1, 0.1, 0.1], [0.5, 0.0, 0.2, 0.2, 0.1]]).clamp_min(1e-30).log()
+    prior = model.style_emotion_prior(chain)
+    assert prior[0].exp().tolist() == pytest.approx([0.2, 0.8], abs=1e-5)  # "joyful" 0.6 to happy, 0.4 unread
+    assert prior[1].exp().tolist() == pytest.approx([0.5, 0.5], abs=1e-5)  # nothing it can read: no preference
 
 
 @pytest.mark.parametrize("weight", [-1.0, float("inf"), float("nan")])
