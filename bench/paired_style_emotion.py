@@ -9,35 +9,24 @@ own chain emotion (``chain_emotion`` folded onto the classes, read through the l
 of ``--labels`` or the built-in one). Then A against B on the reference, paired: the
 difference, its bootstrap 95 % interval and McNemar's exact p-value
 (:func:`empatheia.evaluation.baselines.compare_paired_accuracy`); and on how many examples
-the two runs style differently. Both runs must hold the same examples: an id in one and
-not the other is an error naming it.
+the two runs style differently. Both runs must hold the same examples
+(:func:`empatheia.evaluation.records.pair_runs`): an id in one and not the other is an
+error naming it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from empatheia.errors import DataError  # noqa: E402
 from empatheia.evaluation.baselines import compare_paired_accuracy  # noqa: E402
+from empatheia.evaluation.records import pair_runs  # noqa: E402
 from empatheia.labels import LabelSets, UnknownEmotionError  # noqa: E402
-
-
-def read_records(path: Path) -> Dict[str, dict]:
-    """``id`` -> the line's record, for each line of ``path``."""
-    out = {}
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                row = json.loads(line)
-                if "id" not in row:
-                    raise SystemExit(f"{path}:{number}: a line without 'id'")
-                out[row["id"]] = row
-    return out
 
 
 def folded(labels: LabelSets, emotion: Optional[str]) -> Optional[str]:
@@ -57,27 +46,21 @@ def main(argv=None) -> None:
     parser.add_argument("--labels", type=Path, help="a labels YAML whose fold reads the emotions (default: the built-in)")
     args = parser.parse_args(argv)
     labels = LabelSets.from_yaml(args.labels) if args.labels else LabelSets()
-    references = read_records(args.a / "references.jsonl")
-    folders = {"A": args.a, "B": args.b}
-    runs = {name: read_records(folder / "predictions.jsonl") for name, folder in folders.items()}
-    for name, run in runs.items():
-        missing, extra = sorted(set(references) - set(run)), sorted(set(run) - set(references))
-        if missing or extra:
-            raise SystemExit(f"run {name} ({folders[name]}) does not answer the same examples: "
-                             f"{len(missing)} missing (first {missing[:3]}), {len(extra)} not in the references "
-                             f"(first {extra[:3]})")
-    ids = list(references)
-    gold = [folded(labels, references[i].get("emotion")) for i in ids]
+    try:
+        triples = pair_runs(args.a, args.b)
+    except DataError as error:
+        raise SystemExit(f"error: {error}") from None
+    gold = [folded(labels, reference["emotion"]) for _, _, reference in triples]
     right = {}
-    for name, run in runs.items():
-        styled = [folded(labels, run[i].get("emotion")) for i in ids]
-        chain = [folded(labels, run[i].get("chain_emotion")) for i in ids]
+    for column, (name, folder) in enumerate((("A", args.a), ("B", args.b))):
+        answers = [triple[column] for triple in triples]
+        styled = [folded(labels, answer["emotion"]) for answer in answers]
+        chain = [folded(labels, answer.get("chain_emotion")) for answer in answers]
         right[name] = [s is not None and s == g for s, g in zip(styled, gold)]
         agree = sum(s is not None and s == c for s, c in zip(styled, chain))
-        print(f"{name} ({folders[name]}): styled as the reference's class on "
-              f"{sum(right[name])} of {len(ids)} ({sum(right[name]) / len(ids):.1%}), as its own chain's on "
-              f"{agree} ({agree / len(ids):.1%})")
-    differ = sum(runs["A"][i].get("emotion") != runs["B"][i].get("emotion") for i in ids)
+        print(f"{name} ({folder}): styled as the reference's class on {sum(right[name])} of {len(triples)} "
+              f"({sum(right[name]) / len(triples):.1%}), as its own chain's on {agree} ({agree / len(triples):.1%})")
+    differ = sum(a["emotion"] != b["emotion"] for a, b, _ in triples)
     paired = compare_paired_accuracy(right["A"], right["B"])
     low, high = paired.interval
     print(f"A - B: {paired.difference:+.4f} (95 % bootstrap interval {low:+.4f} to {high:+.4f}); only A right on "

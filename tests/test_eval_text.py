@@ -513,8 +513,9 @@ def test_the_paired_bench_compares_two_eval_runs_by_id(tmp_path):
         run.mkdir()
         order = ids if name == "a" else ids[::-1]  # matched by id, not by line
         texts = dict(zip(ids, answers))
-        (run / "predictions.jsonl").write_text("".join(json.dumps({"id": i, "text": texts[i]}) + "\n" for i in order))
-        (run / "references.jsonl").write_text("".join(json.dumps({"id": i, "response": r}) + "\n"
+        (run / "predictions.jsonl").write_text("".join(json.dumps({"id": i, "text": texts[i], "emotion": "sad"}) + "\n"
+                                                       for i in order))
+        (run / "references.jsonl").write_text("".join(json.dumps({"id": i, "response": r, "emotion": "sad"}) + "\n"
                                                       for i, r in zip(ids, PAIRED_GOLD)))
     command = [sys.executable, "bench/paired_text_metrics.py", str(tmp_path / "a"), str(tmp_path / "b"),
                "--resamples", "300", "--json", str(tmp_path / "paired.json")]

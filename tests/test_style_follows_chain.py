@@ -135,15 +135,15 @@ def test_the_paired_style_bench_scores_both_runs_against_the_reference_and_their
     gold = ["sad", "happy", "fear"]
     write(tmp_path / "a", [{"id": f"c{i}", "response": "Oh.", "emotion": g} for i, g in enumerate(gold)], "references.jsonl")
     chains = ["devastated", "joyful", "angry"]
-    write(tmp_path / "a", [{"id": f"c{i}", "emotion": e, "chain_emotion": c}
+    write(tmp_path / "a", [{"id": f"c{i}", "text": "Oh.", "emotion": e, "chain_emotion": c}
                            for i, (e, c) in enumerate(zip(["sad", "happy", "angry"], chains))])
-    write(tmp_path / "b", [{"id": f"c{i}", "emotion": e, "chain_emotion": c}
+    write(tmp_path / "b", [{"id": f"c{i}", "text": "Oh.", "emotion": e, "chain_emotion": c}
                            for i, (e, c) in enumerate(zip(["angry", "happy", "angry"], chains))])
     main([str(tmp_path / "a"), str(tmp_path / "b")])
     out = capsys.readouterr().out.splitlines()
     assert "on 2 of 3 (66.7%), as its own chain's on 3 (100.0%)" in out[0]
     assert "on 1 of 3 (33.3%), as its own chain's on 2 (66.7%)" in out[1]
     assert "A - B: +0.3333" in out[2] and "only A right on 1, only B on 0" in out[2] and "styled differently on 1" in out[2]
-    write(tmp_path / "b", [{"id": "c0", "emotion": "sad"}])
-    with pytest.raises(SystemExit, match=r"run B .* 2 missing"):
+    write(tmp_path / "b", [{"id": "c0", "text": "Oh.", "emotion": "sad"}])
+    with pytest.raises(SystemExit, match=r"run B: 2 reference id\(s\) .* without a prediction: \['c1', 'c2'\]"):
         main([str(tmp_path / "a"), str(tmp_path / "b")])

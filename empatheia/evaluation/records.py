@@ -284,6 +284,25 @@ def align(
     return Alignment(pairs, without_reference, without_prediction)
 
 
+def pair_runs(first: PathLike, second: PathLike) -> List[Tuple[Record, Record, Record]]:
+    """Two ``empatheia eval`` output folders' answers to the same examples, matched by
+    ``id`` in the order of the first folder's references: ``(A's prediction, B's
+    prediction, reference)``. :class:`MissingIdsError` names the run (``run A``/``run B``)
+    that lacks an example or answers one the references do not hold."""
+    references_file = Path(first) / REFERENCES_NAME
+    references = read_references(references_file)
+    runs = []
+    for name, folder in (("A", first), ("B", second)):
+        path = Path(folder) / PREDICTIONS_NAME
+        try:
+            alignment = align(read_predictions(path), references, predictions_file=path, references_file=references_file)
+        except MissingIdsError as error:
+            raise MissingIdsError(f"run {name}: {error.reason}", path, error.without_reference,
+                                  error.without_prediction) from None
+        runs.append([prediction for prediction, _ in alignment.pairs])
+    return list(zip(runs[0], runs[1], references))
+
+
 def preview(ids: Sequence[str], limit: int = 5) -> str:
     """The first ``limit`` ids for a message: ``['a', 'b', ...]``."""
     shown = ", ".join(repr(i) for i in ids[:limit])
