@@ -401,8 +401,9 @@ REPLY_ACTS = (
         r"|must (have been|be|feel)|that makes sense|understandable|no wonder|i would (be|feel|have been|have felt))\b")),
     ("Agreeing with the speaker", re.compile(
         r"^(yes|yeah|yep|exactly|definitely|absolutely|agreed|i agree|you'?re right|so true|true|same)\b")),
+    # A sentence that is only "Wow." reacts; "Wow, that's great." shares the enthusiasm.
     ("Reacting with surprise", re.compile(
-        r"\b(unbelievable|incredible|crazy|no way|can'?t believe|omg|oh my|holy|whoa|insane)\b")),
+        r"\b(unbelievable|incredible|crazy|no way|can'?t believe|omg|oh my|holy|whoa|insane)\b|^(oh )?wow\W*$")),
     ("Sharing the speaker's enthusiasm", re.compile(
         r"\b(wow|yay|awesome|amazing|wonderful|fantastic|exciting|(that'?s|that is|sounds|how|so) (so |really |very "
         r"|pretty |super |such a |a )?(great|cool|nice|fun|good|lovely|neat|sweet|impressive|exciting|interesting))\b")),

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -241,6 +242,23 @@ def data_split(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {error}")
     counts = {name: sum(1 for _ in open(path)) for name, path in files.items()}
     print(json.dumps({name: {"file": str(path), "conversations": counts[name]} for name, path in files.items()}))
+    return 0
+
+
+def data_distill(args: argparse.Namespace) -> int:
+    from .data.distill import distill_examples, distill_replies
+
+    dialogues = distill_examples(args.file, args.limit)  # a bad file fails before the model loads
+    check_device(args.device)
+    model = load_system(args)
+    if not hasattr(model, "given_emotion_prior"):
+        raise SystemExit(f"error: --system {args.system} has no chain to hold to an emotion; distil with empatheia")
+    report = distill_replies(model, dialogues, args.out, batch_size=args.batch_size)
+    if report.kept_reference:
+        print(f"{len(report.kept_reference)} examples keep the human reply (the model's was empty): "
+              f"{', '.join(report.kept_reference[:10])}", file=sys.stderr)
+    print(json.dumps({"file": str(report.path), "examples": report.examples, "written": report.written,
+                      "kept_reference": len(report.kept_reference)}))
     return 0
 
 
@@ -549,6 +567,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, help="folder for train.jsonl, eval.jsonl and split.json")
     p.add_argument("--eval-fraction", type=float, default=0.1)
     p.set_defaults(run=data_split)
+
+    p = data.add_parser("distill", help="answer an EmpatheticDialogues file with a model, the chain held to each "
+                                        "example's emotion, and write its replies as targets (resumable)")
+    p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues conversations or responses JSONL")
+    p.add_argument("--out", type=Path, required=True, metavar="OUT.jsonl",
+                   help="EmpatheticDialogues responses JSONL (rerun to resume)")
+    p.add_argument("--limit", type=positive_int, help="only the first N examples (listener turns)")
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    model_arguments(p)
+    p.set_defaults(run=data_distill)
 
     p = data.add_parser("render", help="speak and animate EmpatheticDialogues conversations (offline generators)")
     p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues conversations JSONL")

@@ -22,7 +22,7 @@ from .decoding import Decoding
 from .dialogue import Dialogue
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
-from .labels import LabelSets, UnknownEmotionError
+from .labels import LabelSets, UnknownEmotionError, normalize_label
 from .language_model import (
     ADAPTER_CONFIG_NAME,
     AUDIO_PLACEHOLDER,
@@ -648,6 +648,7 @@ class Empatheia(nn.Module, Responder):
         notes: Optional[Sequence[Optional[str]]] = None,
         keep_cache: bool = False,
         progress: Optional[Callable[[int], None]] = None,
+        given_emotions: Optional[Sequence[Optional[str]]] = None,
     ) -> GeneratedText:
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
@@ -668,7 +669,12 @@ class Empatheia(nn.Module, Responder):
 
         ``keep_cache`` keeps what the generation computed (:class:`GenerationCache`) for
         :meth:`answer_hidden_states`; ``progress`` is called with the number of tokens
-        written so far after each step."""
+        written so far after each step.
+
+        ``given_emotions`` (one per dialogue; ``None`` in a row lets the model choose)
+        makes the chain's emotion step that label of ``language_model.chain_emotions``
+        instead of the model's reading, so the rest of the chain and the reply follow a
+        known emotion (:func:`empatheia.data.distill.distill_replies`)."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
@@ -688,6 +694,8 @@ class Empatheia(nn.Module, Responder):
             raise ValueError("keep_cache is for prompts without a prefix")
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
         prior = self.chain_emotion_prior(items) if mode in (PromptMode.TEXT, PromptMode.FULL) else None
+        if given_emotions is not None:
+            prior = self.given_emotion_prior(given_emotions, prior, mode)
         processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
         context_free = next((p.context_free for p in processors if isinstance(p, GenericReplyPenalty)), None)
@@ -755,6 +763,31 @@ class Empatheia(nn.Module, Responder):
         except ValueError as error:
             raise ValueError(f"language_model.chain_emotion_reader {lm.chain_emotion_reader}: {error}") from None
         return (read * lm.chain_emotion_reader_weight).to(self.device)
+
+    def given_emotion_prior(self, emotions: Sequence[Optional[str]], prior: Optional[torch.Tensor],
+                            mode: PromptMode = PromptMode.FULL) -> torch.Tensor:
+        """``(B, K)`` scores that make the chain's emotion choice
+        (:class:`~empatheia.logits_processors.ChainEmotionChoice`) take ``emotions[b]`` in row
+        ``b``: 0 for that label, ``-inf`` for the others. A row whose emotion is ``None`` keeps
+        ``prior``'s row (zeros without one: the model's own reading)."""
+        lm = self.config.language_model
+        if mode not in (PromptMode.TEXT, PromptMode.FULL) or not lm.choose_chain_emotion or not lm.chain_emotions:
+            raise ValueError("given emotions need a chain whose emotion is chosen among labels: a TEXT or FULL "
+                             "prompt and language_model.choose_chain_emotion with language_model.chain_emotions")
+        labels = [normalize_label(label) for label in lm.chain_emotions]
+        scores = prior.clone() if prior is not None else torch.zeros(len(emotions), len(labels), device=self.device)
+        if scores.shape[0] != len(emotions):
+            raise ValueError(f"{len(emotions)} given emotions for {scores.shape[0]} dialogues")
+        for row, emotion in enumerate(emotions):
+            if emotion is None:
+                continue
+            key = normalize_label(emotion)
+            if key not in labels:
+                raise ValueError(f"given emotion {emotion!r} is not one of language_model.chain_emotions "
+                                 f"({', '.join(labels)})")
+            scores[row] = float("-inf")
+            scores[row, labels.index(key)] = 0.0
+        return scores
 
     def _context_free_scorer(self, mode: PromptMode) -> Optional[ContextFreeScorer]:
         """The scorer of what the language model writes after the prompt of layout

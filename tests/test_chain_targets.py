@@ -115,6 +115,11 @@ def test_reply_acts_read_what_the_reply_does():
     assert reply_acts("Are you ok?!") == ["Asking how the speaker is feeling"]
     assert reply_acts("At least nobody got hurt.") == ["Pointing out the bright side"]
     assert reply_acts("Hello") == [] and reply_acts("") == []
+    # A bare "Wow." reacts; only a "wow" with praise shares the speaker's enthusiasm.
+    assert reply_acts("Wow. That must have been really bad.") == [
+        "Reacting with surprise", "Showing understanding of how the speaker feels"]
+    assert reply_acts("Oh wow!") == ["Reacting with surprise"]
+    assert reply_acts("Wow, that's awesome.") == ["Sharing the speaker's enthusiasm"]
     assert response_goal("sad", "", "Oh no, what happened?") == "Expressing sympathy and asking what happened."
     assert response_goal("sad", "", "Hello") == response_goal("sad") == GOALS["sad"] + "."
     assert response_goal("proud", "Should I throw a party?", "Congratulations! Are you going to celebrate?") == (

@@ -493,6 +493,9 @@ def main(argv=None) -> None:
                              "shipped weights with 'shipped') rather than the bare preset: its language core "
                              "trains further and every other part is kept (with --stages 1, how the shipped core "
                              "learnt the four-step chain)")
+    parser.add_argument("--stage1-data", type=Path, metavar="FILE",
+                        help="train stage 1 on this file instead of the split's training conversations, e.g. "
+                             "their replies by a trained model (empatheia data distill; docs/small_preset.md)")
     parser.add_argument("--stage1-from", type=Path, metavar="WEIGHTS",
                         help="skip training stage 1: take the language core (LoRA and signal rows) of this "
                              "empatheia.safetensors, or of the package's shipped weights with 'shipped'; "
@@ -539,6 +542,8 @@ def main(argv=None) -> None:
         parser.error("--stage1-init trains stage 1; --stage1-from and --refit-from skip it: give one of them")
     if args.stage1_init not in (None, "shipped") and not (Path(args.stage1_init) / "empatheia.safetensors").is_file():
         parser.error(f"--stage1-init {args.stage1_init}: no trained model there (no empatheia.safetensors)")
+    if args.stage1_data is not None and not args.stage1_data.is_file():
+        parser.error(f"--stage1-data {args.stage1_data}: no such file")
     if args.refit_from is not None:
         previous = args.refit_from
     elif args.stage1_from is not None:
@@ -548,7 +553,7 @@ def main(argv=None) -> None:
         previous = language_core_from(Path(weights), args.out / STAGES[1].name, args.preset)
     elif 1 in stages:
         init = args.preset if str(args.stage1_init) == "shipped" else args.stage1_init
-        previous = run_stage(1, args.out, split["train"], args.stage1_steps, previous=init, preset=args.preset,
+        previous = run_stage(1, args.out, args.stage1_data or split["train"], args.stage1_steps, previous=init, preset=args.preset,
                              extra=args.set, isolated=not args.in_process, environment=environment)
     else:
         previous = args.out / STAGES[1].name
