@@ -257,8 +257,12 @@ def data_distill(args: argparse.Namespace) -> int:
     if report.kept_reference:
         print(f"{len(report.kept_reference)} examples keep the human reply (the model's was empty): "
               f"{', '.join(report.kept_reference[:10])}", file=sys.stderr)
+    if report.not_held:
+        print(f"{len(report.not_held)} examples' chains were written without the given emotion (the reply follows "
+              f"the model's reading; the line says emotion_held: false): {', '.join(report.not_held[:10])}",
+              file=sys.stderr)
     print(json.dumps({"file": str(report.path), "examples": report.examples, "written": report.written,
-                      "kept_reference": len(report.kept_reference)}))
+                      "kept_reference": len(report.kept_reference), "not_held": len(report.not_held)}))
     return 0
 
 

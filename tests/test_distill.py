@@ -109,12 +109,15 @@ def test_distilling_writes_the_models_replies_as_targets_and_resumes(tmp_path, m
         ("Lucky you!", "Lucky you!", "reference"),  # unparsed text is no reply: nothing made up
     ]
     assert lines[0]["model_chain"] == {"event_scenario": "a raffle", "speaker_emotion": "joyful"}
+    assert [r["emotion_held"] for r in lines] == [True, False]  # the unparsed text named no emotion
     # A run killed mid-line leaves half a line: the resumed run cuts it and goes on.
     with open(out, "a") as handle:
         handle.write('{"conv_id": "hit:2_conv:4", "cont')
     seen.clear()
     report = distill_replies(model, dialogues, out, batch_size=2, progress=False)
     assert (report.examples, report.written, seen) == (3, 1, ["devastated"])
+    # The fake chain names "joyful" for the grieving speaker: not the emotion it was given.
+    assert report.not_held == ["hit:2_conv:4/1"]
     # The file reads back as EmpatheticDialogues responses with the example ids, the model's
     # replies as the responses, and the four chain steps built from them.
     corpus = read_dataset(out)

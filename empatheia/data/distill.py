@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from ..dialogue import Dialogue
 from ..errors import DataError
+from ..labels import normalize_label
 from ..prompts import CHAIN_STEPS, PromptMode, parse_chain
 from .readers import read_dataset
 
@@ -42,6 +43,10 @@ class DistillReport:
     kept_reference: List[str] = field(default_factory=list)
     """Ids whose line keeps the human reply, because the model wrote no response line
     or an empty one."""
+    not_held: List[str] = field(default_factory=list)
+    """Ids whose chain the model wrote without the given emotion: the emotion step's
+    lead-in never came as the choice expects it (the step misspelt, or the event ran to
+    the token limit), so the reply follows the model's own reading."""
 
 
 def _record(dialogue: Dialogue, reply: str, chain) -> dict:
@@ -55,6 +60,7 @@ def _record(dialogue: Dialogue, reply: str, chain) -> dict:
         "situation": dialogue.context,
         "reference": dialogue.response,
         "source": "model" if model_reply else "reference",
+        "emotion_held": normalize_label(chain.speaker_emotion or "") == normalize_label(dialogue.emotion),
         # The teacher's own chain, for reading the file: training builds its chain targets
         # from the data (the label given here among them), not from these.
         "model_chain": {name: getattr(chain, name) for name, _ in CHAIN_STEPS if getattr(chain, name)},
@@ -115,6 +121,7 @@ def distill_replies(
     todo = [d for d in dialogues if d.id not in done]
     out.parent.mkdir(parents=True, exist_ok=True)
     kept: List[str] = []
+    not_held: List[str] = []
     model.eval()
     model.merge_adapter()
     bar = tqdm(total=len(dialogues), initial=len(dialogues) - len(todo), unit="example", desc="distilling",
@@ -130,12 +137,14 @@ def distill_replies(
                 record = _record(dialogue, reply if chain.parsed else "", chain)
                 if record["source"] == "reference":
                     kept.append(dialogue.id)
+                if not record["emotion_held"]:
+                    not_held.append(dialogue.id)
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             handle.flush()
             bar.update(len(batch))
     bar.close()
     return DistillReport(path=out, examples=len(done & {d.id for d in dialogues}) + len(todo), written=len(todo),
-                         kept_reference=kept)
+                         kept_reference=kept, not_held=not_held)
 
 
 __all__: Sequence[str] = ("DistillReport", "distill_examples", "distill_replies")
