@@ -134,6 +134,10 @@ def test_distilling_refuses_files_it_cannot_write_back(tmp_path):
     avamerg = Path(__file__).resolve().parents[1] / "examples" / "dialogues.json"
     with pytest.raises(DataError, match="is avamerg; distilling writes EmpatheticDialogues lines"):
         distill_examples(avamerg)
+    two_speakers = {**CONVERSATIONS[1], "utterances": ["Hi.", "Are you there?", "Yes."],
+                    "roles": ["speaker", "speaker", "listener"]}
+    with pytest.raises(DataError, match=r"two.jsonl, record hit:2_conv:4/2, field 'roles': its turns do not alternate"):
+        distill_examples(_write(tmp_path / "two.jsonl", [two_speakers]))
     out = _write(tmp_path / "other.jsonl", [{"something": "else"}])
     with pytest.raises(DataError, match=r"other.jsonl.*line 1.*not a line this command wrote"):
         distill_replies(_tiny(), distill_examples(_write(tmp_path / "ed.jsonl", CONVERSATIONS)), out, progress=False)

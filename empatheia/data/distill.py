@@ -99,6 +99,12 @@ def distill_examples(source: PathLike, limit: Optional[int] = None) -> List[Dial
     missing = [d.id for d in dialogues if not d.emotion]
     if missing:
         raise DataError("has no emotion label to hold the chain to", file=source, record=missing[0])
+    # A response line's context says nothing of roles: it alternates from the speaker.
+    uneven = [d.id for d in dialogues
+              if [t.role for t in d.turns] != ["speaker" if i % 2 == 0 else "listener" for i in range(len(d.turns))]]
+    if uneven:
+        raise DataError("its turns do not alternate speaker, listener from the speaker, which a response line "
+                        "cannot keep", file=source, record=uneven[0], field="roles")
     return dialogues
 
 
