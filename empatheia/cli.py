@@ -252,8 +252,8 @@ def data_distill(args: argparse.Namespace) -> int:
     check_device(args.device)
     model = load_system(args)
     if not hasattr(model, "given_emotion_prior"):
-        raise SystemExit(f"error: --system {args.system} has no chain to hold to an emotion; distil with empatheia")
-    report = distill_replies(model, dialogues, args.out, batch_size=args.batch_size)
+        raise SystemExit(f"error: --system {args.system} has no chain to hold to an emotion; use --system empatheia")
+    report = distill_replies(model, dialogues, args.out, batch_size=args.batch_size, max_new_tokens=args.max_new_tokens)
     if report.kept_reference:
         print(f"{len(report.kept_reference)} examples keep the human reply (the model's was empty): "
               f"{', '.join(report.kept_reference[:10])}", file=sys.stderr)

@@ -80,6 +80,7 @@ def _fake_generate(replies, seen):
     queue = list(replies)
 
     def generate(items, mode, max_new_tokens=None, reserve_signals=True, given_emotions=None, **kwargs):
+        assert max_new_tokens == 40  # as distill_replies was told
         seen.extend(given_emotions)
         texts = [queue.pop(0) for _ in items]
         return GeneratedText([], None, None, texts, None, None, None)
@@ -100,7 +101,7 @@ def test_distilling_writes_the_models_replies_as_targets_and_resumes(tmp_path, m
     monkeypatch.setattr(model, "generate_text",
                         _fake_generate([_line("How exciting!"), "no response line at all", _line("Oh no.")], seen))
     out = tmp_path / "distilled.jsonl"
-    report = distill_replies(model, dialogues[:2], out, batch_size=1, progress=False)
+    report = distill_replies(model, dialogues[:2], out, batch_size=1, max_new_tokens=40, progress=False)
     assert seen == ["joyful", "joyful"]  # the chain held to each example's label
     assert (report.examples, report.written, report.kept_reference) == (2, 2, ["hit:1_conv:1/3"])
     lines = [json.loads(line) for line in out.read_text().splitlines()]
@@ -114,7 +115,7 @@ def test_distilling_writes_the_models_replies_as_targets_and_resumes(tmp_path, m
     with open(out, "a") as handle:
         handle.write('{"conv_id": "hit:2_conv:4", "cont')
     seen.clear()
-    report = distill_replies(model, dialogues, out, batch_size=2, progress=False)
+    report = distill_replies(model, dialogues, out, batch_size=2, max_new_tokens=40, progress=False)
     assert (report.examples, report.written, seen) == (3, 1, ["devastated"])
     # The fake chain names "joyful" for the grieving speaker: not the emotion it was given.
     assert report.not_held == ["hit:2_conv:4/1"]
@@ -150,7 +151,7 @@ def test_the_distill_command_writes_limit_lines_and_reports_them(tmp_path, capsy
     out = tmp_path / "distilled.jsonl"
     main(["data", "distill", str(source), "--out", str(out), "--limit", "2", "--preset", "tiny",
           "--set", f"language_model.chain_emotions={json.dumps(LABELS)}", "language_model.choose_chain_emotion=true",
-          "language_model.max_new_tokens=6"])
+          "--max-new-tokens", "6"])
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (summary["examples"], summary["written"]) == (2, 2)
     assert len(out.read_text().splitlines()) == 2

@@ -553,8 +553,8 @@ def main(argv=None) -> None:
         previous = language_core_from(Path(weights), args.out / STAGES[1].name, args.preset)
     elif 1 in stages:
         init = args.preset if str(args.stage1_init) == "shipped" else args.stage1_init
-        previous = run_stage(1, args.out, args.stage1_data or split["train"], args.stage1_steps, previous=init, preset=args.preset,
-                             extra=args.set, isolated=not args.in_process, environment=environment)
+        previous = run_stage(1, args.out, args.stage1_data or split["train"], args.stage1_steps, previous=init,
+                             preset=args.preset, extra=args.set, isolated=not args.in_process, environment=environment)
     else:
         previous = args.out / STAGES[1].name
     if not stages & {2, 3, 4} and args.refit_from is None:

@@ -113,13 +113,14 @@ def distill_replies(
     dialogues: Sequence[Dialogue],
     out: PathLike,
     batch_size: int = 16,
+    max_new_tokens: Optional[int] = None,
     progress: bool = True,
 ) -> DistillReport:
     """Answer ``dialogues`` (:func:`distill_examples`) with ``model`` (an
     :class:`~empatheia.Empatheia` whose chain chooses its emotion among labels), the
     chain's emotion given as each dialogue's label, with the model's own decoding
-    settings; append one ``ed-responses`` line per dialogue to ``out`` (see the module's
-    doc), skipping the dialogues it already holds."""
+    settings (``max_new_tokens`` its config's by default); append one ``ed-responses`` line
+    per dialogue to ``out`` (see the module's doc), skipping the dialogues it already holds."""
     out = Path(out)
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -135,7 +136,7 @@ def distill_replies(
     with open(out, "a", encoding="utf-8") as handle, torch.inference_mode():
         for start in range(0, len(todo), batch_size):
             batch = todo[start:start + batch_size]
-            written = model.generate_text(batch, PromptMode.FULL, reserve_signals=False,
+            written = model.generate_text(batch, PromptMode.FULL, max_new_tokens, reserve_signals=False,
                                           given_emotions=[d.emotion for d in batch])
             for dialogue, text in zip(batch, written.texts):
                 chain, reply = parse_chain(text)
