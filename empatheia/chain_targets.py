@@ -43,8 +43,9 @@ Steps a record already has are kept exactly as they are (:func:`complete_chain`)
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import replace
-from typing import List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .labels import EMOTION_FOLD, normalize_label
 from .prompts import ChainOfEmpathy, chain_is_complete
@@ -455,20 +456,95 @@ def response_goal(emotion: Optional[str], last_speaker_turn: str = "", reply: Op
     when the rules read no act in it, the emotion's goal (:data:`GOALS`, by label, else by
     its class of the fold). Either is led by answering a question or giving advice when the
     speaker's last turn asks."""
-    key = normalize_label(emotion) if emotion else ""
     acts = reply_acts(reply) if reply else []
-    if acts:
-        # "Congratulating the speaker and asking them ...": one name for the speaker.
-        later = [_pronoun(act) for act in acts[1:]]
-        goal = " and ".join([acts[0]] + [act[0].lower() + act[1:] for act in later])
-    else:
-        goal = GOALS.get(key) or GOALS.get(EMOTION_FOLD.get(key, ""), DEFAULT_GOAL)
-    lead = ADVICE_GOAL if _ADVICE.search(last_speaker_turn) else QUESTION_GOAL if "?" in last_speaker_turn else None
+    goal = goal_from_acts(acts) if acts else label_goal(emotion)
+    return _led(goal, goal_lead(last_speaker_turn))
+
+
+GOAL_LEADS = (None, QUESTION_GOAL, ADVICE_GOAL)
+"""What a goal may open with: nothing, answering a question, giving advice."""
+
+
+def goal_lead(last_speaker_turn: str) -> Optional[str]:
+    """What the goal opens with after the speaker's last turn (one of :data:`GOAL_LEADS`):
+    advice where the turn asks for it, an answer where it asks a question, else nothing."""
+    return ADVICE_GOAL if _ADVICE.search(last_speaker_turn) else QUESTION_GOAL if "?" in last_speaker_turn else None
+
+
+def label_goal(emotion: Optional[str]) -> str:
+    """The emotion's goal (:data:`GOALS` by label, else by its class of the fold, else
+    :data:`DEFAULT_GOAL`), without a full stop."""
+    key = normalize_label(emotion) if emotion else ""
+    return GOALS.get(key) or GOALS.get(EMOTION_FOLD.get(key, ""), DEFAULT_GOAL)
+
+
+def goal_from_acts(acts: Sequence[str]) -> str:
+    """The goal that names ``acts`` (:func:`reply_acts`' phrases) in order, without a full
+    stop: "Congratulating the speaker and asking them for details"."""
+    # One name for the speaker: later acts refer to them by pronoun.
+    later = [_pronoun(act) for act in acts[1:]]
+    return " and ".join([acts[0]] + [act[0].lower() + act[1:] for act in later])
+
+
+def _led(goal: str, lead: Optional[str]) -> str:
+    """``goal`` as the step writes it, after ``lead`` when there is one ("Answering the
+    speaker's question while easing their worry."), with its full stop."""
     if lead is None:
         return goal + "."
-    # "Answering the speaker's question while easing their worry": one name for the speaker.
     goal = _pronoun(goal)
     return f"{lead} while {goal[0].lower()}{goal[1:]}."
+
+
+GOAL_ACT_SHARE = 0.04
+"""An act fits an emotion (:func:`fit_goal_acts`) when at least this share of the
+listeners' replies to speakers with that emotion do it."""
+
+
+def fit_goal_acts(examples: Iterable[Tuple[Optional[str], Optional[str]]], min_share: float = GOAL_ACT_SHARE,
+                  min_count: int = 3) -> Dict[str, List[str]]:
+    """Which acts of :func:`reply_acts` fit each emotion, read from what listeners did:
+    ``examples`` are ``(emotion, reply)`` pairs (a training split), and an act fits an
+    emotion when at least ``min_share`` of that emotion's replies, and ``min_count`` of
+    them, do it. Keys are the labels (normalised) and, for labels of the fold, their
+    classes too (fitted over the class's replies), so that a label the data lacks still
+    finds its class; acts in :func:`reply_acts`' order. Emotions without a reply are
+    skipped; an emotion none of whose acts reaches the share gets an empty list (its
+    label's goal alone fits it, :func:`goal_repertoire`).
+
+    Why: a small core that chooses its goal freely picks the commonest act of its data
+    wherever the dialogue does not point elsewhere, and congratulates grief; limited to
+    what listeners do for the chosen emotion, its own scores choose among acts that fit."""
+    if not 0 < min_share <= 1:
+        raise ValueError(f"min_share must be in (0, 1], got {min_share}")
+    counts: Dict[str, Counter] = {}
+    totals: Counter = Counter()
+    for emotion, reply in examples:
+        if not emotion or reply is None:
+            continue
+        key = normalize_label(emotion)
+        acts = set(reply_acts(reply))
+        for group in dict.fromkeys([key, EMOTION_FOLD.get(key, key)]):
+            totals[group] += 1
+            counts.setdefault(group, Counter()).update(acts)
+    order = [name for name, _ in REPLY_ACTS] + [name for name, _ in QUESTION_ACTS] + [OTHER_QUESTION]
+    return {group: [act for act in order if counts[group][act] >= max(min_count, min_share * totals[group])]
+            for group in sorted(totals)}
+
+
+def goal_repertoire(acts: Sequence[str], emotion: Optional[str] = None,
+                    leads: Sequence[Optional[str]] = GOAL_LEADS) -> List[str]:
+    """Every goal the rules write (:func:`response_goal`) from ``acts`` for an ``emotion``:
+    each act alone and each ordered pair of two (:data:`REPLY_ACT_LIMIT`), and the
+    emotion's own goal (:func:`label_goal`), after each of ``leads`` (:func:`goal_lead`);
+    with their full stops, lead by lead, no duplicates."""
+    unknown = [act for act in acts if act not in _ACT_NAMES]
+    if unknown:
+        raise ValueError(f"not acts of reply_acts: {', '.join(map(repr, unknown))}")
+    plain = [goal_from_acts([act]) for act in acts]
+    if REPLY_ACT_LIMIT >= 2:
+        plain += [goal_from_acts([a, b]) for a in acts for b in acts if a != b]
+    plain.append(label_goal(emotion))
+    return list(dict.fromkeys(_led(goal, lead) for lead in leads for goal in plain))
 
 
 def goal_acts(goal: str) -> List[str]:
@@ -489,6 +565,7 @@ def _pronoun(phrase: str) -> str:
 
 # Each act with the forms a goal writes it in, first or later (lower case, then "the
 # speaker" as a pronoun): (act, form) pairs.
+_ACT_NAMES = frozenset([*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)), OTHER_QUESTION])
 _ACT_FORMS = tuple(dict.fromkeys((name, form.lower()) for name in [*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)),
                                                                    OTHER_QUESTION]
                                  for form in (name, _pronoun(name))))
@@ -518,3 +595,45 @@ def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], sp
 
 def _given(step: Optional[str]) -> Optional[str]:
     return step if step is not None and step.strip() else None
+
+
+GOAL_ACTS_FORMAT = "empatheia-goal-acts"
+
+
+def save_goal_acts(table: Dict[str, List[str]], path, **about) -> None:
+    """Write :func:`fit_goal_acts`' ``table`` as JSON (``about``: how it was fitted, kept
+    beside it for whoever reads the file)."""
+    import json
+    from pathlib import Path
+
+    Path(path).write_text(json.dumps({"format": GOAL_ACTS_FORMAT, **about, "acts": table}, indent=1) + "\n")
+
+
+def load_goal_acts(path) -> Dict[str, List[str]]:
+    """The table :func:`save_goal_acts` wrote; a ``ValueError`` naming the file and the
+    field for anything else."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a goal-acts file ({error})") from None
+    if not isinstance(data, dict) or data.get("format") != GOAL_ACTS_FORMAT:
+        raise ValueError(f"{path}: field 'format' must be {GOAL_ACTS_FORMAT!r} (written by `empatheia data goal-acts`)")
+    table = data.get("acts")
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: field 'acts' must map each emotion to its list of acts")
+    for emotion, acts in table.items():
+        if not isinstance(acts, list) or any(act not in _ACT_NAMES for act in acts):
+            raise ValueError(f"{path}: field 'acts.{emotion}' must list acts of reply_acts, got {acts!r}")
+    return {normalize_label(emotion): list(acts) for emotion, acts in table.items()}
+
+
+def fitting_acts(table: Dict[str, List[str]], emotion: Optional[str]) -> List[str]:
+    """The acts ``table`` (:func:`fit_goal_acts`) lists for ``emotion``, else for its class
+    of the fold; none for an emotion it knows neither way."""
+    key = normalize_label(emotion) if emotion else ""
+    if key in table:
+        return table[key]
+    return table.get(EMOTION_FOLD.get(key, ""), [])

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from .chain_targets import GOAL_ACT_SHARE
 from .config_loader import ConfigError, add_set_argument, preset_names
 from .decoding import add_decoding_arguments, decoding_from_args
 from .errors import DataError
@@ -263,6 +264,28 @@ def data_distill(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(json.dumps({"file": str(report.path), "examples": report.examples, "written": report.written,
                       "kept_reference": len(report.kept_reference), "not_held": len(report.not_held)}))
+    return 0
+
+
+def data_goal_acts(args: argparse.Namespace) -> int:
+    from .chain_targets import fit_goal_acts, save_goal_acts
+    from .data.readers import read_dataset
+    from .errors import DataError
+
+    try:
+        dialogues = read_dataset(args.file, require_media=False).dialogues
+    except (DataError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}")
+    pairs = [(d.emotion, d.response) for d in dialogues if d.emotion and d.response is not None]
+    if not pairs:
+        raise SystemExit(f"error: {args.file}: no example has both an emotion and a reply to fit on")
+    try:
+        table = fit_goal_acts(pairs, min_share=args.min_share, min_count=args.min_count)
+    except ValueError as error:
+        raise SystemExit(f"error: --min-share: {error}")
+    save_goal_acts(table, args.out, min_share=args.min_share, min_count=args.min_count, fitted_on=args.file.name,
+                   replies=len(pairs))
+    print(f"{len(pairs)} replies, {len(table)} emotions: {args.out}")
     return 0
 
 
@@ -581,6 +604,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=16)
     model_arguments(p)
     p.set_defaults(run=data_distill)
+
+    p = data.add_parser("goal-acts", help="fit which acts of a reply fit each emotion, from what a dataset's "
+                                          "listeners did (language_model.chain_goal_acts)")
+    p.add_argument("file", type=Path, metavar="FILE", help="a training split in any format `data check` reads")
+    p.add_argument("--out", type=Path, required=True, metavar="OUT.json")
+    p.add_argument("--min-share", type=float, default=GOAL_ACT_SHARE,
+                   help="an act fits an emotion when at least this share of its replies do it")
+    p.add_argument("--min-count", type=positive_int, default=3, help="... and at least this many")
+    p.set_defaults(run=data_goal_acts)
 
     p = data.add_parser("render", help="speak and animate EmpatheticDialogues conversations (offline generators)")
     p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues conversations JSONL")

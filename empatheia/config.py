@@ -226,6 +226,15 @@ class LanguageModelConfig:
     hold every one of ``chain_emotions``. ``None``: the language model's reading alone."""
     chain_emotion_reader_weight: float = 1.0
     """The exponent of the readers' product in that product (0 leaves it out)."""
+    choose_chain_goal: bool = False
+    """Write the chain's goal as one of the goals that fit the chosen emotion (what the
+    targets' rules write from the acts ``chain_goal_acts`` lists for it,
+    :func:`~empatheia.chain_targets.goal_repertoire`), the model's own scores choosing
+    among them (:class:`~empatheia.logits_processors.ChainGoalChoice`). Needs
+    ``choose_chain_emotion`` and ``chain_goal_acts``."""
+    chain_goal_acts: Optional[str] = None
+    """A JSON file of the acts that fit each emotion (what ``empatheia data goal-acts``
+    writes, :func:`~empatheia.chain_targets.fit_goal_acts`; ``package:`` paths allowed)."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -254,6 +263,9 @@ class LanguageModelConfig:
         if self.chain_emotion_reader and not self.chain_emotions:
             raise ValueError("language_model.chain_emotion_reader needs language_model.chain_emotions: "
                              "the labels its reading is fused over")
+        if self.choose_chain_goal and not (self.choose_chain_emotion and self.chain_goal_acts):
+            raise ValueError("language_model.choose_chain_goal needs language_model.choose_chain_emotion (the goal "
+                             "fits the chosen label) and language_model.chain_goal_acts (which acts fit it)")
         if self.choose_chain_emotion and not self.chain_emotions:
             raise ValueError("language_model.choose_chain_emotion needs language_model.chain_emotions to choose among")
 

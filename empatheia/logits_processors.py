@@ -26,6 +26,7 @@ from transformers import LogitsProcessor
 from .prompts import CHAIN_STEPS, META_RESPONSE, RESPONSE_LABEL, ChainOfEmpathy, PromptMode, chain_text, meta_text
 
 _EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
+_GOAL_STEP = dict(CHAIN_STEPS)["goal_to_response"]
 _WORD = re.compile(r"\w")
 _CLOSE = re.compile(r"[.!?\u2026]")
 
@@ -127,6 +128,29 @@ def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
         elif mine != marker:
             raise ValueError(f"the chain's emotion lead-in tokenizes differently before {label!r}")
         spellings.append(spelled)
+    return marker or [], spellings
+
+
+def goal_step_tokens(tokenizer: Any, goals: Sequence[str]):
+    """``(marker, spellings)``: the token ids of the chain's goal-step lead-in (``the goal
+    to response is:``) and of each goal written after it with the line break that ends the
+    step, as a four-step training target tokenizes them."""
+    marker: Optional[List[int]] = None
+    spellings: List[List[int]] = []
+    for goal in goals:
+        text = chain_text(ChainOfEmpathy(event_scenario="a party", speaker_emotion="sad", emotion_cause="the rain",
+                                         goal_to_response=goal))
+        at = text.lower().find(_GOAL_STEP)
+        lead = at + len(_GOAL_STEP) + 1  # past the colon
+        stop = text.index(goal, lead) + len(goal)  # the line break chain_text ends the step with
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
+        mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
+        if marker is None:
+            marker = mine
+        elif mine != marker:
+            raise ValueError(f"the chain's goal lead-in tokenizes differently before {goal!r}")
+        spellings.append([token for token, (begin, end) in pairs if end > lead and begin <= stop])
     return marker or [], spellings
 
 
@@ -259,6 +283,93 @@ class ChainEmotionChoice(LogitsProcessor):
             return scores
         only = torch.full_like(scores, float("-inf")).scatter(1, forced.clamp(min=0)[:, None], 0.0)
         return torch.where(constrained[:, None], only, scores)
+
+
+class ChainGoalChoice(LogitsProcessor):
+    """The chain's goal written as one of the goals that fit the emotion the chain chose.
+
+    After a row writes the goal step's lead-in (``marker``) it may only go on along the
+    spellings of the goals allowed for its emotion (a trie walked token by token): at each
+    step every token that continues one of them is left as the model scored it and every
+    other is masked, so the model's own scores pick the goal, its first act first. A goal
+    ends with the step's line break; after it the row writes on unconstrained.
+
+    The row's emotion is the label spelled after the emotion step's lead-in (the labels'
+    first tokens differ, :class:`ChainEmotionChoice`); a row without one (the step missing
+    or holding another word) may write any of the goals. With ``goal_leads`` and
+    ``row_leads`` a row writes only goals of its own lead (whether the speaker asked a
+    question or for advice, which the dialogue decides).
+
+    Args:
+        marker: token ids of the goal step's lead-in (:func:`goal_step_tokens`).
+        spellings: each goal's token ids, line break included (``N`` goals).
+        allowed: ``(K, N)`` bool, which goals fit each of the ``K`` labels.
+        emotion_marker: token ids of the emotion step's lead-in (:func:`emotion_step_tokens`).
+        label_firsts: the ``K`` labels' first token ids after it.
+        goal_leads: ``(N,)`` which lead each goal opens with, or ``None``.
+        row_leads: ``(B,)`` which lead each row's goal must open with, or ``None``.
+    """
+
+    def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]], allowed: torch.Tensor,
+                 emotion_marker: Sequence[int], label_firsts: Sequence[int],
+                 goal_leads: Optional[torch.Tensor] = None, row_leads: Optional[torch.Tensor] = None):
+        if allowed.dim() != 2 or allowed.shape != (len(label_firsts), len(spellings)):
+            raise ValueError(f"allowed must be ({len(label_firsts)}, {len(spellings)}), one row per label and a "
+                             f"column per goal; got {tuple(allowed.shape)}")
+        if not spellings or any(len(s) == 0 for s in spellings):
+            raise ValueError("every goal needs at least one token")
+        self.marker = torch.as_tensor(list(marker), dtype=torch.long)
+        self.emotion_marker = torch.as_tensor(list(emotion_marker), dtype=torch.long)
+        self.firsts = torch.as_tensor(list(label_firsts), dtype=torch.long)  # (K,)
+        width = max(len(s) for s in spellings)
+        self.spellings = torch.tensor([list(s) + [-1] * (width - len(s)) for s in spellings], dtype=torch.long)  # (N, W)
+        self.lengths = torch.tensor([len(s) for s in spellings], dtype=torch.long)  # (N,)
+        # The last row: any goal, for a row whose emotion is not a label.
+        self.allowed = torch.cat([allowed.bool(), allowed.new_ones(1, len(spellings), dtype=torch.bool)])  # (K+1, N)
+        if (goal_leads is None) != (row_leads is None):
+            raise ValueError("goal_leads and row_leads go together")
+        if goal_leads is not None and goal_leads.shape != (len(spellings),):
+            raise ValueError(f"goal_leads must be ({len(spellings)},), one per goal; got {tuple(goal_leads.shape)}")
+        self.goal_leads, self.row_leads = goal_leads, row_leads
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        end, found = marker_ends(input_ids, self.marker)
+        if not bool(found.any()):
+            return scores
+        device, length = scores.device, input_ids.shape[1]
+        if self.spellings.device != device:
+            self.spellings, self.lengths = self.spellings.to(device), self.lengths.to(device)
+            self.allowed, self.firsts = self.allowed.to(device), self.firsts.to(device)
+        written = length - end  # (B,) tokens of the goal so far
+        width = self.spellings.shape[1]
+        # Each row's label: the first token after the emotion lead-in.
+        emotion_end, has_emotion = marker_ends(input_ids, self.emotion_marker)
+        first = input_ids.gather(1, emotion_end.clamp(max=length - 1)[:, None])  # (B, 1)
+        is_label = (first == self.firsts[None, :]) & has_emotion[:, None]  # (B, K)
+        label = torch.where(is_label.any(1), is_label.float().argmax(1), self.firsts.numel())  # (B,)
+        # Goals whose spelling the row has followed so far and that go on past it.
+        step = torch.arange(width, device=device)
+        seen = input_ids.gather(1, (end[:, None] + step).clamp(max=length - 1))  # (B, W)
+        upto = step[None, :] < written[:, None]  # (B, W)
+        agree = ((seen[:, None, :] == self.spellings[None]) | ~upto[:, None, :]).all(-1)  # (B, N)
+        open_goals = agree & self.allowed[label] & (self.lengths[None, :] > written[:, None])  # (B, N)
+        if self.goal_leads is not None:
+            if self.row_leads.shape != (input_ids.shape[0],):
+                raise ValueError(f"row_leads must be ({input_ids.shape[0]},), one per row; "
+                                 f"got {tuple(self.row_leads.shape)}")
+            open_goals &= self.goal_leads.to(device)[None, :] == self.row_leads.to(device)[:, None]
+        constrained = found & open_goals.any(1)
+        if not bool(constrained.any()):
+            return scores
+        following = self.spellings[:, written.clamp(max=width - 1)].T.clamp(min=0)  # (B, N) each goal's next token
+        votes = torch.zeros_like(scores).scatter_add_(1, following, open_goals.to(scores.dtype))
+        allowed = (votes > 0) & constrained[:, None]  # (B, V)
+        kept = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
+        # Where a block before this choice masked every continuation, the goal still goes on
+        # (the first of them): a step must not end in a word no goal has.
+        stuck = constrained & ~torch.isfinite(kept).any(1)
+        kept = torch.where(stuck[:, None] & allowed, torch.zeros_like(scores), kept)
+        return torch.where(constrained[:, None], kept, scores)
 
 
 def fused_label_scores(logits: torch.Tensor, prior: Optional[torch.Tensor]) -> torch.Tensor:

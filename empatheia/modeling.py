@@ -16,6 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from .chain_targets import GOAL_LEADS, fitting_acts, goal_lead, goal_repertoire, load_goal_acts
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
@@ -36,9 +37,9 @@ from .language_model import (
     save_adapter,
     special_token_ids,
 )
-from .logits_processors import (ChainEmotionChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
+from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
                                 ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock, chain_lead_ins,
-                                emotion_step_tokens, fused_label_scores, prompt_keys, reply_markers,
+                                emotion_step_tokens, fused_label_scores, goal_step_tokens, prompt_keys, reply_markers,
                                 sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
@@ -696,7 +697,7 @@ class Empatheia(nn.Module, Responder):
         prior = self.chain_emotion_prior(items) if mode in (PromptMode.TEXT, PromptMode.FULL) else None
         if given_emotions is not None:
             prior = self.given_emotion_prior(given_emotions, prior, mode)
-        processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts),
+        processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts, items),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
         context_free = next((p.context_free for p in processors if isinstance(p, GenericReplyPenalty)), None)
         states: List[torch.Tensor] = []
@@ -801,7 +802,8 @@ class Empatheia(nn.Module, Responder):
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
                              emotion_prior: Optional[torch.Tensor] = None,
-                             prompts: Optional[Sequence[EncodedExample]] = None) -> List[LogitsProcessor]:
+                             prompts: Optional[Sequence[EncodedExample]] = None,
+                             items: Optional[Sequence[Dialogue]] = None) -> List[LogitsProcessor]:
         """The logits processors of ``decoding`` (its ``None`` settings the config's) for a
         generation in layout ``mode``: the n-gram block within each step of the chain, the
         chain's template and the choice of its emotion (fused with ``emotion_prior``,
@@ -831,6 +833,8 @@ class Empatheia(nn.Module, Responder):
         if lm.choose_chain_emotion and chain:
             marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
             processors.append(ChainEmotionChoice(marker, spellings, emotion_prior))
+            if lm.choose_chain_goal:
+                processors.append(self._chain_goal_choice(marker, [s[0] for s in spellings], items))
         if decoding.controls_repetition:
             markers = reply_markers(self.tokenizer, mode)
             if markers:
@@ -848,6 +852,41 @@ class Empatheia(nn.Module, Responder):
                                              reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode),
                                              keys=keys))
         return processors
+
+    def _chain_goal_choice(self, emotion_marker: Sequence[int], label_firsts: Sequence[int],
+                           items: Optional[Sequence[Dialogue]] = None) -> ChainGoalChoice:
+        """:class:`~empatheia.logits_processors.ChainGoalChoice` over the goals that fit each
+        of ``language_model.chain_emotions`` by ``language_model.chain_goal_acts`` (its parts
+        built once per table: it tokenizes every goal), each row's goal opening as the
+        targets' rules open it after the speaker's last turn in ``items``
+        (:func:`~empatheia.chain_targets.goal_lead`; any opening without ``items``)."""
+        lm = self.config.language_model
+        key = (lm.chain_goal_acts, tuple(lm.chain_emotions))
+        cached = getattr(self, "_goal_choice_parts", None)
+        if cached is None or cached[0] != key:
+            path = resolve_pretrained(lm.chain_goal_acts)
+            try:
+                table = load_goal_acts(path)
+            except ValueError as error:
+                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            # goal -> (its lead, the labels it fits)
+            fits: Dict[str, Tuple[int, set]] = {}
+            for row, label in enumerate(lm.chain_emotions):
+                for lead, opening in enumerate(GOAL_LEADS):
+                    for goal in goal_repertoire(fitting_acts(table, label), label, leads=[opening]):
+                        fits.setdefault(goal, (lead, set()))[1].add(row)
+            goals = list(fits)
+            allowed = torch.zeros(len(lm.chain_emotions), len(goals), dtype=torch.bool)
+            for column, goal in enumerate(goals):
+                allowed[sorted(fits[goal][1]), column] = True
+            goal_leads = torch.tensor([fits[goal][0] for goal in goals], dtype=torch.long)
+            marker, spellings = goal_step_tokens(self.tokenizer, goals)
+            cached = self._goal_choice_parts = (key, marker, spellings, allowed, goal_leads)
+        _, marker, spellings, allowed, goal_leads = cached
+        if items is None:
+            return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts)
+        row_leads = torch.tensor([GOAL_LEADS.index(goal_lead(_last_speaker_text(d))) for d in items], dtype=torch.long)
+        return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts, goal_leads, row_leads)
 
     def _sentence_token_classes(self):
         """:func:`~empatheia.logits_processors.sentence_token_classes` of this model's
@@ -1172,6 +1211,11 @@ class Empatheia(nn.Module, Responder):
             check_adapter_config(model.language_model, directory)
         model.load_trained_state_dict(load_trained_state(directory), source=str(directory))
         return model.eval()
+
+
+def _last_speaker_text(dialogue: Dialogue) -> str:
+    """The text of the speaker's last turn ("" without one): what the goal's lead reads."""
+    return next((turn.text or "" for turn in reversed(dialogue.turns) if turn.role == "speaker"), "")
 
 
 def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
