@@ -270,7 +270,6 @@ def data_distill(args: argparse.Namespace) -> int:
 def data_goal_acts(args: argparse.Namespace) -> int:
     from .chain_targets import fit_goal_acts, save_goal_acts
     from .data.readers import read_dataset
-    from .errors import DataError
 
     try:
         dialogues = read_dataset(args.file, require_media=False).dialogues

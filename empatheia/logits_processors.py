@@ -25,8 +25,6 @@ from transformers import LogitsProcessor
 
 from .prompts import CHAIN_STEPS, META_RESPONSE, RESPONSE_LABEL, ChainOfEmpathy, PromptMode, chain_text, meta_text
 
-_EMOTION_STEP = dict(CHAIN_STEPS)["speaker_emotion"]
-_GOAL_STEP = dict(CHAIN_STEPS)["goal_to_response"]
 _WORD = re.compile(r"\w")
 _CLOSE = re.compile(r"[.!?\u2026]")
 
@@ -112,44 +110,38 @@ def emotion_step_tokens(tokenizer: Any, labels: Sequence[str]):
     (``the emotion of the speaker is:``) and of each label written after it with the line
     break that ends the step (so ``content`` cannot go on as ``contented``), both as a
     training target tokenizes them (a label's tokens can depend on what precedes it)."""
-    marker: Optional[List[int]] = None
-    spellings: List[List[int]] = []
-    for label in labels:
-        text = chain_text(ChainOfEmpathy(event_scenario="a party", speaker_emotion=label))
-        at = text.lower().find(_EMOTION_STEP)
-        lead = at + len(_EMOTION_STEP) + 1  # past the colon
-        stop = text.index(label, lead) + len(label)  # the line break chain_text ends the step with
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
-        mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
-        spelled = [token for token, (begin, end) in pairs if end > lead and begin <= stop]
-        if marker is None:
-            marker = mine
-        elif mine != marker:
-            raise ValueError(f"the chain's emotion lead-in tokenizes differently before {label!r}")
-        spellings.append(spelled)
-    return marker or [], spellings
+    return _step_tokens(tokenizer, "speaker_emotion", labels,
+                        lambda label: ChainOfEmpathy(event_scenario="a party", speaker_emotion=label))
 
 
 def goal_step_tokens(tokenizer: Any, goals: Sequence[str]):
     """``(marker, spellings)``: the token ids of the chain's goal-step lead-in (``the goal
     to response is:``) and of each goal written after it with the line break that ends the
     step, as a four-step training target tokenizes them."""
+    return _step_tokens(tokenizer, "goal_to_response", goals,
+                        lambda goal: ChainOfEmpathy(event_scenario="a party", speaker_emotion="sad",
+                                                    emotion_cause="the rain", goal_to_response=goal))
+
+
+def _step_tokens(tokenizer: Any, step: str, values: Sequence[str], chain_with):
+    """The lead-in of chain step ``step`` (a field of ``CHAIN_STEPS``) and each of
+    ``values`` written in it, line break included, tokenized inside ``chain_with(value)``'s
+    target text."""
+    label = dict(CHAIN_STEPS)[step]
     marker: Optional[List[int]] = None
     spellings: List[List[int]] = []
-    for goal in goals:
-        text = chain_text(ChainOfEmpathy(event_scenario="a party", speaker_emotion="sad", emotion_cause="the rain",
-                                         goal_to_response=goal))
-        at = text.lower().find(_GOAL_STEP)
-        lead = at + len(_GOAL_STEP) + 1  # past the colon
-        stop = text.index(goal, lead) + len(goal)  # the line break chain_text ends the step with
+    for value in values:
+        text = chain_text(chain_with(value))
+        at = text.lower().find(label)
+        lead = at + len(label) + 1  # past the colon
+        stop = text.index(value, lead) + len(value)  # the line break chain_text ends the step with
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         pairs = list(zip(encoded["input_ids"], encoded["offset_mapping"]))
         mine = [token for token, (begin, end) in pairs if begin < lead and end > at]
         if marker is None:
             marker = mine
         elif mine != marker:
-            raise ValueError(f"the chain's goal lead-in tokenizes differently before {goal!r}")
+            raise ValueError(f"the chain's lead-in {label!r} tokenizes differently before {value!r}")
         spellings.append([token for token, (begin, end) in pairs if end > lead and begin <= stop])
     return marker or [], spellings
 
