@@ -505,30 +505,37 @@ def fit_goal_acts(examples: Iterable[Tuple[Optional[str], Optional[str]]], min_s
     """Which acts of :func:`reply_acts` fit each emotion, read from what listeners did:
     ``examples`` are ``(emotion, reply)`` pairs (a training split), and an act fits an
     emotion when at least ``min_share`` of that emotion's replies, and ``min_count`` of
-    them, do it. Keys are the labels (normalised) and, for labels of the fold, their
-    classes too (fitted over the class's replies), so that a label the data lacks still
-    finds its class; acts in :func:`reply_acts`' order. Emotions without a reply are
-    skipped; an emotion none of whose acts reaches the share gets an empty list (its
-    label's goal alone fits it, :func:`goal_repertoire`).
+    them, do it. Keys are the labels (normalised) and the classes of the fold that are not
+    labels themselves (fitted over the class's replies), so that a label the data lacks
+    still finds its class (:func:`fitting_acts`); acts in :func:`reply_acts`' order.
+    Emotions without a reply are skipped; an emotion none of whose acts reaches the share
+    gets an empty list (its label's goal alone fits it, :func:`goal_repertoire`).
 
     Why: a small core that chooses its goal freely picks the commonest act of its data
     wherever the dialogue does not point elsewhere, and congratulates grief; limited to
     what listeners do for the chosen emotion, its own scores choose among acts that fit."""
     if not 0 < min_share <= 1:
         raise ValueError(f"min_share must be in (0, 1], got {min_share}")
-    counts: Dict[str, Counter] = {}
-    totals: Counter = Counter()
+    # Labels and classes counted apart: "sad" is both an ED label and the class that pools
+    # "devastated", "nostalgic", ..., and the label keeps its own listeners' acts.
+    counts: Dict[str, Dict[str, Counter]] = {"label": {}, "class": {}}
+    totals: Dict[str, Counter] = {"label": Counter(), "class": Counter()}
     for emotion, reply in examples:
         if not emotion or reply is None:
             continue
         key = normalize_label(emotion)
         acts = set(reply_acts(reply))
-        for group in dict.fromkeys([key, EMOTION_FOLD.get(key, key)]):
-            totals[group] += 1
-            counts.setdefault(group, Counter()).update(acts)
+        for kind, group in (("label", key), ("class", EMOTION_FOLD.get(key, key))):
+            totals[kind][group] += 1
+            counts[kind].setdefault(group, Counter()).update(acts)
     order = [name for name, _ in REPLY_ACTS] + [name for name, _ in QUESTION_ACTS] + [OTHER_QUESTION]
-    return {group: [act for act in order if counts[group][act] >= max(min_count, min_share * totals[group])]
-            for group in sorted(totals)}
+
+    def fitting(kind: str, group: str) -> List[str]:
+        return [act for act in order if counts[kind][group][act] >= max(min_count, min_share * totals[kind][group])]
+
+    table = {group: fitting("class", group) for group in totals["class"] if group not in totals["label"]}
+    table.update({label: fitting("label", label) for label in totals["label"]})
+    return dict(sorted(table.items()))
 
 
 def goal_repertoire(acts: Sequence[str], emotion: Optional[str] = None,

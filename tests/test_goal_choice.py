@@ -35,6 +35,9 @@ def test_acts_fit_an_emotion_when_enough_of_its_listeners_do_them():
     assert fitting_acts(table, "Devastated") == table["devastated"]
     assert fitting_acts(table, "lonely") == table["sad"]  # a label the data lacks: its class
     assert fitting_acts(table, "bewildered") == [] == fitting_acts(table, None)
+    # "sad" is a label and a class: the label keeps its own listeners' acts.
+    both = fit_goal_acts(replies + [("sad", "That's so sad.")] * 3, min_share=0.2, min_count=3)
+    assert both["sad"] == [SYMPATHY] and both["devastated"] == table["devastated"]
     with pytest.raises(ValueError, match="min_share"):
         fit_goal_acts(replies, min_share=0)
 
