@@ -42,9 +42,11 @@ Steps a record already has are kept exactly as they are (:func:`complete_chain`)
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .labels import EMOTION_FOLD, normalize_label
@@ -610,18 +612,12 @@ GOAL_ACTS_FORMAT = "empatheia-goal-acts"
 def save_goal_acts(table: Dict[str, List[str]], path, **about) -> None:
     """Write :func:`fit_goal_acts`' ``table`` as JSON (``about``: how it was fitted, kept
     beside it for whoever reads the file)."""
-    import json
-    from pathlib import Path
-
     Path(path).write_text(json.dumps({"format": GOAL_ACTS_FORMAT, **about, "acts": table}, indent=1) + "\n")
 
 
 def load_goal_acts(path) -> Dict[str, List[str]]:
     """The table :func:`save_goal_acts` wrote; a ``ValueError`` naming the file and the
     field for anything else."""
-    import json
-    from pathlib import Path
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:

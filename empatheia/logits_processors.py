@@ -1,5 +1,6 @@
 """Logits processors that apply a :class:`~empatheia.decoding.Decoding` during
-``generate``: the choice of the chain's emotion among the trained labels, the reply's
+``generate``: the choice of the chain's emotion among the trained labels and of its goal
+among the goals that fit that emotion, the reply's
 repetition control, the block on repeated sentences, the penalty on generic openings and
 seeded sampling.
 
