@@ -426,6 +426,8 @@ QUESTION_ACTS = (
     ("Asking why", re.compile(r"\b(why|how come)\b")),
 )
 OTHER_QUESTION = "Asking the speaker for details"
+ACT_NAMES = (*(name for name, _ in REPLY_ACTS), *(name for name, _ in QUESTION_ACTS), OTHER_QUESTION)
+"""Every act :func:`reply_acts` reads, in the order its rules try them."""
 # ED's typists often drop the question mark: "What kind of con was it".
 _QUESTION_START = re.compile(r"^(what|how|why|where|when|who|which|did|do|does|are|is|was|were|have|has|will|can|could"
                              r"|would)\b")
@@ -530,10 +532,8 @@ def fit_goal_acts(examples: Iterable[Tuple[Optional[str], Optional[str]]], min_s
         for kind, group in (("label", key), ("class", EMOTION_FOLD.get(key, key))):
             totals[kind][group] += 1
             counts[kind].setdefault(group, Counter()).update(acts)
-    order = [name for name, _ in REPLY_ACTS] + [name for name, _ in QUESTION_ACTS] + [OTHER_QUESTION]
-
     def fitting(kind: str, group: str) -> List[str]:
-        return [act for act in order if counts[kind][group][act] >= max(min_count, min_share * totals[kind][group])]
+        return [act for act in ACT_NAMES if counts[kind][group][act] >= max(min_count, min_share * totals[kind][group])]
 
     table = {group: fitting("class", group) for group in totals["class"] if group not in totals["label"]}
     table.update({label: fitting("label", label) for label in totals["label"]})
@@ -546,7 +546,7 @@ def goal_repertoire(acts: Sequence[str], emotion: Optional[str] = None,
     each act alone and each ordered pair of two (:data:`REPLY_ACT_LIMIT`), and the
     emotion's own goal (:func:`label_goal`), after each of ``leads`` (:func:`goal_lead`);
     with their full stops, lead by lead, no duplicates."""
-    unknown = [act for act in acts if act not in _ACT_NAMES]
+    unknown = [act for act in acts if act not in ACT_NAMES]
     if unknown:
         raise ValueError(f"not acts of reply_acts: {', '.join(map(repr, unknown))}")
     plain = [goal_from_acts([act]) for act in acts]
@@ -574,10 +574,7 @@ def _pronoun(phrase: str) -> str:
 
 # Each act with the forms a goal writes it in, first or later (lower case, then "the
 # speaker" as a pronoun): (act, form) pairs.
-_ACT_NAMES = frozenset([*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)), OTHER_QUESTION])
-_ACT_FORMS = tuple(dict.fromkeys((name, form.lower()) for name in [*(n for n, _ in (*REPLY_ACTS, *QUESTION_ACTS)),
-                                                                   OTHER_QUESTION]
-                                 for form in (name, _pronoun(name))))
+_ACT_FORMS = tuple(dict.fromkeys((name, form.lower()) for name in ACT_NAMES for form in (name, _pronoun(name))))
 
 
 def complete_chain(chain: Optional[ChainOfEmpathy], situation: Optional[str], speaker_turns: Sequence[str],
@@ -628,7 +625,7 @@ def load_goal_acts(path) -> Dict[str, List[str]]:
     if not isinstance(table, dict):
         raise ValueError(f"{path}: field 'acts' must map each emotion to its list of acts")
     for emotion, acts in table.items():
-        if not isinstance(acts, list) or any(act not in _ACT_NAMES for act in acts):
+        if not isinstance(acts, list) or any(act not in ACT_NAMES for act in acts):
             raise ValueError(f"{path}: field 'acts.{emotion}' must list acts of reply_acts, got {acts!r}")
     return {normalize_label(emotion): list(acts) for emotion, acts in table.items()}
 

@@ -265,9 +265,7 @@ class ChainEmotionChoice(LogitsProcessor):
         written = length - end  # (B,) tokens written after the lead-in
         # The next token of each row: its label's first (choosing) or next token (spelling).
         choice = fused_label_scores(scores[:, firsts], self.prior).argmax(1)  # (B,)
-        first_written = input_ids.gather(1, end.clamp(max=length - 1)[:, None]).squeeze(1)  # (B,)
-        matches = first_written[:, None] == firsts[None, :]  # (B, K)
-        label, spelled = matches.float().argmax(1), matches.any(1)  # (B,) which label a row is spelling, if any
+        label, spelled = spelled_labels(input_ids, end, firsts)  # which label a row is spelling, if any
         choose = found & (written == 0)
         spell = found & spelled & (written > 0) & (written < lengths[label])
         forced = torch.where(choose, firsts[choice], spellings[label, written.clamp(max=spellings.shape[1] - 1)])
@@ -335,11 +333,9 @@ class ChainGoalChoice(LogitsProcessor):
             self.allowed, self.firsts = self.allowed.to(device), self.firsts.to(device)
         written = length - end  # (B,) tokens of the goal so far
         width = self.spellings.shape[1]
-        # Each row's label: the first token after the emotion lead-in.
         emotion_end, has_emotion = marker_ends(input_ids, self.emotion_marker)
-        first = input_ids.gather(1, emotion_end.clamp(max=length - 1)[:, None])  # (B, 1)
-        is_label = (first == self.firsts[None, :]) & has_emotion[:, None]  # (B, K)
-        label = torch.where(is_label.any(1), is_label.float().argmax(1), self.firsts.numel())  # (B,)
+        label, spelled = spelled_labels(input_ids, emotion_end, self.firsts)
+        label = torch.where(spelled & has_emotion, label, self.firsts.numel())  # (B,) K: no label
         # Goals whose spelling the row has followed so far and that go on past it.
         step = torch.arange(width, device=device)
         seen = input_ids.gather(1, (end[:, None] + step).clamp(max=length - 1))  # (B, W)
@@ -363,6 +359,15 @@ class ChainGoalChoice(LogitsProcessor):
         stuck = constrained & ~torch.isfinite(kept).any(1)
         kept = torch.where(stuck[:, None] & allowed, torch.zeros_like(scores), kept)
         return torch.where(constrained[:, None], kept, scores)
+
+
+def spelled_labels(input_ids: torch.Tensor, end: torch.Tensor, firsts: torch.Tensor):
+    """``(label, spelled)``, both ``(B,)``: which of the labels (their distinct first token
+    ids ``firsts``, ``(K,)``) each row of ``input_ids`` ``(B, T)`` wrote at position
+    ``end`` ``(B,)``, and whether it wrote one at all (``label`` is 0 where not)."""
+    first = input_ids.gather(1, end.clamp(max=input_ids.shape[1] - 1)[:, None])  # (B, 1)
+    matches = first == firsts[None, :]  # (B, K)
+    return matches.float().argmax(1), matches.any(1)
 
 
 def fused_label_scores(logits: torch.Tensor, prior: Optional[torch.Tensor]) -> torch.Tensor:

@@ -20,7 +20,7 @@ from .chain_targets import GOAL_LEADS, fitting_acts, goal_lead, goal_repertoire,
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
-from .dialogue import Dialogue
+from .dialogue import Dialogue, last_speaker_index
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
 from .labels import LabelSets, UnknownEmotionError, normalize_label
@@ -1214,8 +1214,10 @@ class Empatheia(nn.Module, Responder):
 
 
 def _last_speaker_text(dialogue: Dialogue) -> str:
-    """The text of the speaker's last turn ("" without one): what the goal's lead reads."""
-    return next((turn.text or "" for turn in reversed(dialogue.turns) if turn.role == "speaker"), "")
+    """The speaker's last words ("" without any): what the goal's lead reads, as the
+    targets' rules read the last speaker turn with text."""
+    index = last_speaker_index(dialogue, "text")
+    return dialogue.turns[index].text if index is not None else ""
 
 
 def load_trained_state(path: Union[str, Path]) -> Dict[str, torch.Tensor]:

@@ -162,8 +162,11 @@ def test_generation_writes_a_goal_that_fits_the_emotion_it_chose(tmp_path, monke
                                   leads=[goal_lead(item.turns[-1].text)])
         spellings = real_goal_tokens(model.tokenizer, fitting)[1]
         assert any(row[at:at + len(s)] == s for s in spellings), model.tokenizer.decode(row[at:])
-    # The second dialogue asks a question: its goal opens by answering it.
+    # The second dialogue asks a question: its goal opens by answering it, the first's by
+    # nothing; each row is held to its own dialogue's opening.
     assert goal_lead(items[1].turns[-1].text) == QUESTION_GOAL
+    choice = model._chain_goal_choice([lead], [s[0] for s in labels], items)
+    assert choice.row_leads.tolist() == [GOAL_LEADS.index(None), GOAL_LEADS.index(QUESTION_GOAL)]
 
 
 def test_choose_chain_goal_needs_the_emotion_choice_and_a_table(tmp_path):
