@@ -540,6 +540,34 @@ def fit_goal_acts(examples: Iterable[Tuple[Optional[str], Optional[str]]], min_s
     return dict(sorted(table.items()))
 
 
+def fit_goal_counts(examples: Iterable[Tuple[Optional[str], Optional[str]]]) -> Dict[str, Dict[str, int]]:
+    """How many of the listeners' replies to each emotion do each sequence of acts
+    (:func:`reply_acts`, keyed by :func:`act_key`; ``""`` for a reply the rules read no act
+    in), from ``(emotion, reply)`` pairs (a training split). Keyed like
+    :func:`fit_goal_acts`: the labels, and the classes of the fold that are not labels.
+
+    Why: the goal a small core scores highest is the one its own data repeated most; these
+    counts are what listeners chose for the emotion, a prior the goal choice can weigh the
+    core's scores with (``language_model.chain_goal_prior_weight``)."""
+    counts: Dict[str, Dict[str, Counter]] = {"label": {}, "class": {}}
+    for emotion, reply in examples:
+        if not emotion or reply is None:
+            continue
+        key = normalize_label(emotion)
+        acts = act_key(reply_acts(reply))
+        for kind, group in (("label", key), ("class", EMOTION_FOLD.get(key, key))):
+            counts[kind].setdefault(group, Counter())[acts] += 1
+    table = {group: c for group, c in counts["class"].items() if group not in counts["label"]}
+    table.update(counts["label"])
+    return {group: dict(sorted(c.items())) for group, c in sorted(table.items())}
+
+
+def act_key(acts: Sequence[str]) -> str:
+    """The key of a sequence of acts in :func:`fit_goal_counts`' table: the acts joined by
+    " + ", ``""`` for none."""
+    return " + ".join(acts)
+
+
 def goal_repertoire(acts: Sequence[str], emotion: Optional[str] = None,
                     leads: Sequence[Optional[str]] = GOAL_LEADS) -> List[str]:
     """Every goal the rules write (:func:`response_goal`) from ``acts`` for an ``emotion``:
@@ -563,6 +591,70 @@ def goal_acts(goal: str) -> List[str]:
     goal = goal.lower()
     found = sorted((goal.find(form), name) for name, form in _ACT_FORMS if form in goal)
     return list(dict.fromkeys(name for _, name in found))
+
+
+ACT_OPENING_WORDS = 5
+"""An opening (:func:`fit_act_openings`) is at most this many words: the words before the
+act's cue and the cue itself ("Oh no, what happened")."""
+
+# Contractions typed without their apostrophe: an opening spelled so is not one to copy.
+_UNMENDED = re.compile(r"\b(thats|dont|cant|wont|didnt|doesnt|isnt|wasnt|youre|youve|theyre|whats|hows)\b")
+
+
+def sentence_opening(sentence: str) -> Optional[Tuple[str, str]]:
+    """``(act, opening)``: the first act :func:`reply_acts` reads in one ``sentence`` of a
+    reply and the words that open it up to and including that act's cue ("I'm so sorry",
+    "Oh no, what happened"), lower case; for a question with no cue of its own, its first
+    two words ("did you"). ``None`` where the rules read no act, the cue comes after the
+    sentence's fourth word, or the opening is longer than :data:`ACT_OPENING_WORDS`."""
+    sentence = _tidy(sentence).lower()
+    if re.search(r"\?[?!.>\s]*$", sentence) or _QUESTION_START.match(sentence) and not sentence.endswith((".", "!")):
+        rules = QUESTION_ACTS
+    else:
+        rules = REPLY_ACTS
+    for name, rule in rules:
+        match = rule.search(sentence)
+        if match:
+            before, opening = sentence[:match.start()], sentence[:match.end()].rstrip(" ,")
+            if len(before.split()) > 3 or len(opening.split()) > ACT_OPENING_WORDS:
+                return None
+            return name, opening
+    words = sentence.split()
+    if rules is QUESTION_ACTS and _QUESTION_START.match(sentence) and len(words) >= 2:
+        return OTHER_QUESTION, " ".join(words[:2]).rstrip(",?")
+    return None
+
+
+def fit_act_openings(replies: Iterable[Optional[str]], min_count: int = 3, limit: int = 12) -> Dict[str, List[str]]:
+    """How listeners open each act of :func:`reply_acts`: the openings
+    (:func:`sentence_opening`) that at least ``min_count`` sentences of ``replies`` (a
+    training split's) begin with, at most ``limit`` per act, commonest first, spelled as a
+    reply writes them ("I'm so sorry", "Oh no, what happened"). Openings typed without a
+    contraction's apostrophe are left out.
+
+    Why: a reply told to do its goal's acts (:class:`~empatheia.logits_processors.ReplyGoalOpenings`)
+    opens each with words listeners use for it, the model's own scores choosing which."""
+    if min_count < 1 or limit < 1:
+        raise ValueError(f"min_count and limit must be at least 1, got {min_count} and {limit}")
+    counts: Dict[str, Counter] = {}
+    for reply in replies:
+        for sentence in re.split(r"(?<=[.!?])\s+", _tidy(reply or "")):
+            found = sentence_opening(sentence) if sentence else None
+            if found and not _UNMENDED.search(found[1]):
+                counts.setdefault(found[0], Counter())[found[1]] += 1
+    openings = {}
+    for act in ACT_NAMES:
+        kept = [text for text, n in sorted(counts.get(act, Counter()).items(), key=lambda item: (-item[1], item[0]))
+                if n >= min_count][:limit]
+        if kept:
+            openings[act] = [_as_written(text) for text in kept]
+    return openings
+
+
+def _as_written(opening: str) -> str:
+    """A lower-case opening as a sentence starts it: capitalised, "I" as a word upper case."""
+    opening = re.sub(r"\bi\b", "I", opening)
+    return opening[0].upper() + opening[1:]
 
 
 def _pronoun(phrase: str) -> str:
@@ -606,21 +698,64 @@ def _given(step: Optional[str]) -> Optional[str]:
 GOAL_ACTS_FORMAT = "empatheia-goal-acts"
 
 
-def save_goal_acts(table: Dict[str, List[str]], path, **about) -> None:
-    """Write :func:`fit_goal_acts`' ``table`` as JSON (``about``: how it was fitted, kept
-    beside it for whoever reads the file)."""
-    Path(path).write_text(json.dumps({"format": GOAL_ACTS_FORMAT, **about, "acts": table}, indent=1) + "\n")
+def save_goal_acts(table: Dict[str, List[str]], path, openings: Optional[Dict[str, List[str]]] = None,
+                   goal_counts: Optional[Dict[str, Dict[str, int]]] = None, **about) -> None:
+    """Write :func:`fit_goal_acts`' ``table`` as JSON, with :func:`fit_act_openings`'
+    ``openings`` and :func:`fit_goal_counts`' ``goal_counts`` where given (``about``: how
+    they were fitted, kept beside them for whoever reads the file)."""
+    data = {"format": GOAL_ACTS_FORMAT, **about, "acts": table}
+    if openings is not None:
+        data["openings"] = openings
+    if goal_counts is not None:
+        data["goal_counts"] = goal_counts
+    Path(path).write_text(json.dumps(data, indent=1) + "\n")
 
 
-def load_goal_acts(path) -> Dict[str, List[str]]:
-    """The table :func:`save_goal_acts` wrote; a ``ValueError`` naming the file and the
-    field for anything else."""
+def _read_goal_acts_file(path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: not a goal-acts file ({error})") from None
     if not isinstance(data, dict) or data.get("format") != GOAL_ACTS_FORMAT:
         raise ValueError(f"{path}: field 'format' must be {GOAL_ACTS_FORMAT!r} (written by `empatheia data goal-acts`)")
+    return data
+
+
+def load_act_openings(path) -> Dict[str, List[str]]:
+    """The openings :func:`save_goal_acts` wrote beside the acts; a ``ValueError`` naming
+    the file and the field where there are none or they are malformed."""
+    openings = _read_goal_acts_file(path).get("openings")
+    if not isinstance(openings, dict) or not openings:
+        raise ValueError(f"{path}: field 'openings' must map acts to their openings (written by `empatheia data "
+                         f"goal-acts` since openings were added; fit the file again)")
+    for act, texts in openings.items():
+        if act not in ACT_NAMES:
+            raise ValueError(f"{path}: field 'openings' names {act!r}, not an act of reply_acts")
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t.strip() for t in texts):
+            raise ValueError(f"{path}: field 'openings.{act}' must be a list of non-empty strings, got {texts!r}")
+    return {act: list(texts) for act, texts in openings.items()}
+
+
+def load_goal_counts(path) -> Dict[str, Dict[str, int]]:
+    """The counts :func:`save_goal_acts` wrote beside the acts; a ``ValueError`` naming the
+    file and the field where there are none or they are malformed."""
+    counts = _read_goal_acts_file(path).get("goal_counts")
+    if not isinstance(counts, dict) or not counts:
+        raise ValueError(f"{path}: field 'goal_counts' must map emotions to the counts of their replies' acts "
+                         f"(written by `empatheia data goal-acts` since the counts were added; fit the file again)")
+    for emotion, row in counts.items():
+        if not isinstance(row, dict) or not all(isinstance(n, int) and n >= 0 for n in row.values()):
+            raise ValueError(f"{path}: field 'goal_counts.{emotion}' must map act sequences to counts, got {row!r}")
+        unknown = [act for key in row for act in key.split(" + ") if key and act not in ACT_NAMES]
+        if unknown:
+            raise ValueError(f"{path}: field 'goal_counts.{emotion}' names {unknown[0]!r}, not an act of reply_acts")
+    return {normalize_label(emotion): dict(row) for emotion, row in counts.items()}
+
+
+def load_goal_acts(path) -> Dict[str, List[str]]:
+    """The table :func:`save_goal_acts` wrote; a ``ValueError`` naming the file and the
+    field for anything else."""
+    data = _read_goal_acts_file(path)
     table = data.get("acts")
     if not isinstance(table, dict):
         raise ValueError(f"{path}: field 'acts' must map each emotion to its list of acts")

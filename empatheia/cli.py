@@ -268,7 +268,7 @@ def data_distill(args: argparse.Namespace) -> int:
 
 
 def data_goal_acts(args: argparse.Namespace) -> int:
-    from .chain_targets import fit_goal_acts, save_goal_acts
+    from .chain_targets import fit_act_openings, fit_goal_acts, fit_goal_counts, save_goal_acts
     from .data.readers import read_dataset
 
     try:
@@ -282,9 +282,12 @@ def data_goal_acts(args: argparse.Namespace) -> int:
         table = fit_goal_acts(pairs, min_share=args.min_share, min_count=args.min_count)
     except ValueError as error:
         raise SystemExit(f"error: --min-share: {error}")
-    save_goal_acts(table, args.out, min_share=args.min_share, min_count=args.min_count, fitted_on=args.file.name,
-                   replies=len(pairs))
-    print(f"{len(pairs)} replies, {len(table)} emotions: {args.out}")
+    openings = fit_act_openings((reply for _, reply in pairs), min_count=args.min_count,
+                                limit=args.openings_per_act)
+    save_goal_acts(table, args.out, openings=openings, goal_counts=fit_goal_counts(pairs),
+                   min_share=args.min_share, min_count=args.min_count,
+                   openings_per_act=args.openings_per_act, fitted_on=args.file.name, replies=len(pairs))
+    print(f"{len(pairs)} replies, {len(table)} emotions, openings of {len(openings)} acts: {args.out}")
     return 0
 
 
@@ -610,7 +613,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True, metavar="OUT.json")
     p.add_argument("--min-share", type=float, default=GOAL_ACT_SHARE,
                    help="an act fits an emotion when at least this share of its replies do it")
-    p.add_argument("--min-count", type=positive_int, default=3, help="... and at least this many")
+    p.add_argument("--min-count", type=positive_int, default=3,
+                   help="... and at least this many; an opening is kept when this many sentences open so")
+    p.add_argument("--openings-per-act", type=positive_int, default=12,
+                   help="the commonest openings kept for each act (language_model.open_reply_by_goal)")
     p.set_defaults(run=data_goal_acts)
 
     p = data.add_parser("render", help="speak and animate EmpatheticDialogues conversations (offline generators)")

@@ -235,6 +235,17 @@ class LanguageModelConfig:
     chain_goal_acts: Optional[str] = None
     """A JSON file of the acts that fit each emotion (what ``empatheia data goal-acts``
     writes, :func:`~empatheia.chain_targets.fit_goal_acts`; ``package:`` paths allowed)."""
+    chain_goal_prior_weight: float = 0.0
+    """Weigh the goal choice's scores by what listeners chose for the emotion: each goal's
+    probability is multiplied by its count in ``chain_goal_acts``' ``goal_counts`` (plus
+    one half) raised to this weight, spread over the goal's tokens as the choice walks them
+    (:class:`~empatheia.logits_processors.ChainGoalChoice`). 0 is off."""
+    open_reply_by_goal: bool = False
+    """Open a sentence of the reply for each act the chosen goal names, in its order, with
+    one of the openings listeners give that act (``chain_goal_acts``' openings), the
+    model's own scores choosing among them
+    (:class:`~empatheia.logits_processors.ReplyGoalOpenings`), so the reply does what the
+    chain planned. Needs ``choose_chain_goal``."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -266,6 +277,12 @@ class LanguageModelConfig:
         if self.choose_chain_goal and not (self.choose_chain_emotion and self.chain_goal_acts):
             raise ValueError("language_model.choose_chain_goal needs language_model.choose_chain_emotion (the goal "
                              "fits the chosen label) and language_model.chain_goal_acts (which acts fit it)")
+        if not self.chain_goal_prior_weight >= 0:
+            raise ValueError(f"language_model.chain_goal_prior_weight must be 0 or more, "
+                             f"got {self.chain_goal_prior_weight}")
+        if self.open_reply_by_goal and not self.choose_chain_goal:
+            raise ValueError("language_model.open_reply_by_goal needs language_model.choose_chain_goal: the reply "
+                             "opens the acts of the goal it chose")
         if self.choose_chain_emotion and not self.chain_emotions:
             raise ValueError("language_model.choose_chain_emotion needs language_model.chain_emotions to choose among")
 

@@ -299,11 +299,18 @@ class ChainGoalChoice(LogitsProcessor):
         label_firsts: the ``K`` labels' first token ids after it.
         goal_leads: ``(N,)`` which lead each goal opens with, or ``None``.
         row_leads: ``(B,)`` which lead each row's goal must open with, or ``None``.
+        prior: ``(K, N)`` positive weights of the goals for each label (what listeners
+            chose), or ``None``. Each goal's probability is multiplied by its weight raised
+            to ``prior_weight``: at each token the prior's share of the goals that go on
+            with it, among the goals still open, is added to the token's score (in log),
+            so the goal as a whole gets the product.
+        prior_weight: the exponent of ``prior``.
     """
 
     def __init__(self, marker: Sequence[int], spellings: Sequence[Sequence[int]], allowed: torch.Tensor,
                  emotion_marker: Sequence[int], label_firsts: Sequence[int],
-                 goal_leads: Optional[torch.Tensor] = None, row_leads: Optional[torch.Tensor] = None):
+                 goal_leads: Optional[torch.Tensor] = None, row_leads: Optional[torch.Tensor] = None,
+                 prior: Optional[torch.Tensor] = None, prior_weight: float = 1.0):
         if allowed.dim() != 2 or allowed.shape != (len(label_firsts), len(spellings)):
             raise ValueError(f"allowed must be ({len(label_firsts)}, {len(spellings)}), one row per label and a "
                              f"column per goal; got {tuple(allowed.shape)}")
@@ -322,6 +329,13 @@ class ChainGoalChoice(LogitsProcessor):
         if goal_leads is not None and goal_leads.shape != (len(spellings),):
             raise ValueError(f"goal_leads must be ({len(spellings)},), one per goal; got {tuple(goal_leads.shape)}")
         self.goal_leads, self.row_leads = goal_leads, row_leads
+        self.log_prior = None
+        if prior is not None:
+            if prior.shape != allowed.shape or not bool((prior > 0).all()):
+                raise ValueError(f"prior must be {tuple(allowed.shape)} and positive; got {tuple(prior.shape)}")
+            # The last row (no label): no prior.
+            self.log_prior = torch.cat([prior.double().log().float(), prior.new_zeros(1, len(spellings)).float()])
+        self.prior_weight = float(prior_weight)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         end, found = marker_ends(input_ids, self.marker)
@@ -354,11 +368,141 @@ class ChainGoalChoice(LogitsProcessor):
         votes = torch.zeros_like(scores).scatter_add_(1, following, open_goals.to(scores.dtype))
         allowed = (votes > 0) & constrained[:, None]  # (B, V)
         kept = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
+        if self.log_prior is not None and self.prior_weight:
+            kept = kept + self.prior_weight * self._prior_shares(label, open_goals, following, constrained, scores)
         # Where a block before this choice masked every continuation, the goal still goes on
         # (the first of them): a step must not end in a word no goal has.
         stuck = constrained & ~torch.isfinite(kept).any(1)
         kept = torch.where(stuck[:, None] & allowed, torch.zeros_like(scores), kept)
         return torch.where(constrained[:, None], kept, scores)
+
+
+    def _prior_shares(self, label: torch.Tensor, open_goals: torch.Tensor, following: torch.Tensor,
+                      constrained: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """``(B, V)`` the log of the prior's share of each next token among the open goals
+        (0 off the constrained rows, -inf for tokens no open goal takes)."""
+        log_prior = self.log_prior.to(scores.device)[label]  # (B, N)
+        weights = torch.where(open_goals, log_prior, float("-inf"))
+        top = torch.where(constrained, weights.max(1).values, 0.0)[:, None]  # (B, 1)
+        mass = torch.zeros(scores.shape, dtype=torch.float, device=scores.device).scatter_add_(
+            1, following, (weights - top).exp())  # (B, V)
+        shares = mass.log() - mass.sum(1, keepdim=True).log()
+        return torch.where(constrained[:, None], shares, 0.0).to(scores.dtype)
+
+
+class ReplyGoalOpenings(LogitsProcessor):
+    """The reply does what its chain's goal says: each act the goal names opens a sentence
+    of the reply, in the goal's order, with one of the openings listeners give that act.
+
+    Once a row is in its reply (after ``markers``), the goal it wrote (one of ``goals``,
+    matched whole after the goal step's lead-in ``marker``) decides its acts; the reply's
+    sentence ``k`` (counted by sentence ends) opens with an opening of act ``k`` for as
+    many sentences as the goal names acts. While an opening is under way only tokens that
+    continue one of its act's openings are left as the model scored them (a trie walked
+    token by token, as :class:`ChainGoalChoice` walks goals), so the model's scores choose
+    the words; after an opening is complete the sentence goes on freely. The end of text
+    and the signal tokens are not among an opening's tokens: a reply whose goal names two
+    acts does not end before the second opens. A row whose goal names no act (the
+    emotion's own goal) or matches none of ``goals`` writes its reply unconstrained.
+
+    Args:
+        marker: token ids of the goal step's lead-in (:func:`goal_step_tokens`).
+        goals: each goal's token ids as the goal step writes them, line break included
+            (``N`` goals).
+        goal_acts: ``(N, A)`` the act each goal names ``a``-th (an index into ``openings``'
+            acts), -1 past its last.
+        openings: ``(act, token ids)`` pairs, each act's openings as a reply writes them
+            after a space (``M`` in all).
+        markers: token id sequences that end the text before the reply.
+        sentence_end: ``(V,)`` bool, the tokens that close a sentence
+            (:func:`sentence_token_classes`).
+    """
+
+    def __init__(self, marker: Sequence[int], goals: Sequence[Sequence[int]], goal_acts: torch.Tensor,
+                 openings: Sequence[tuple], markers: Sequence[Sequence[int]], sentence_end: torch.Tensor):
+        if goal_acts.dim() != 2 or goal_acts.shape[0] != len(goals):
+            raise ValueError(f"goal_acts must be ({len(goals)}, A), a row per goal; got {tuple(goal_acts.shape)}")
+        if not goals or any(len(g) == 0 for g in goals) or any(len(ids) == 0 for _, ids in openings):
+            raise ValueError("every goal and every opening needs at least one token")
+        self.marker = torch.as_tensor(list(marker), dtype=torch.long)
+        self.goals, self.goal_lengths = _padded([list(g) for g in goals])  # (N, W), (N,)
+        self.goal_acts = goal_acts.long()
+        self.opening_acts = torch.tensor([int(act) for act, _ in openings], dtype=torch.long)  # (M,)
+        self.openings, self.opening_lengths = _padded([list(ids) for _, ids in openings])  # (M, Wo), (M,)
+        self.markers = _marker_tensors(markers)
+        self.sentence_end = sentence_end.bool()
+
+    def _to(self, device) -> None:
+        if self.goals.device != device:
+            for name in ("goals", "goal_lengths", "goal_acts", "opening_acts", "openings", "opening_lengths",
+                         "sentence_end"):
+                setattr(self, name, getattr(self, name).to(device))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, length = input_ids.shape
+        written = reply_lengths(input_ids, self.markers)  # (B,) -1 before the reply
+        if length == 0 or not bool((written >= 0).any()):
+            return scores
+        device = scores.device
+        self._to(device)
+        # The goal each row wrote, whole.
+        end, found = marker_ends(input_ids, self.marker)
+        goal_match = _spelled_whole(input_ids, end, self.goals, self.goal_lengths) & found[:, None]  # (B, N)
+        has_goal = goal_match.any(1)
+        goal = goal_match.float().argmax(1)  # (B,)
+        # The reply's sentence being written and its tokens so far.
+        position = torch.arange(length, device=device)
+        in_reply = position[None, :] >= (length - written)[:, None]  # (B, T)
+        known = input_ids < self.sentence_end.numel()
+        closes = self.sentence_end[input_ids.clamp(max=self.sentence_end.numel() - 1)] & known & in_reply
+        sentence = closes.sum(1)  # (B,)
+        start = torch.where(closes, position + 1, (length - written)[:, None]).max(1).values  # (B,)
+        so_far = length - start  # (B,)
+        width = self.goal_acts.shape[1]
+        act = self.goal_acts[goal, sentence.clamp(max=width - 1)]
+        due = (written >= 0) & has_goal & (sentence < width) & (act >= 0)  # (B,)
+        if not bool(due.any()):
+            return scores
+        steps = self.openings.shape[1]
+        step = torch.arange(steps, device=device)
+        seen = input_ids.gather(1, (start[:, None] + step).clamp(max=length - 1))  # (B, Wo)
+        agree = ((seen[:, None, :] == self.openings[None]) | (step >= so_far[:, None])[:, None, :]).all(-1)
+        agree &= self.opening_acts[None, :] == act[:, None]  # (B, M)
+        complete = (agree & (self.opening_lengths[None, :] == so_far[:, None])).any(1)
+        open_ones = agree & (self.opening_lengths[None, :] > so_far[:, None])
+        constrained = due & ~complete & open_ones.any(1)
+        if not bool(constrained.any()):
+            return scores
+        following = self.openings[:, so_far.clamp(max=steps - 1)].T.clamp(min=0)  # (B, M)
+        votes = torch.zeros_like(scores).scatter_add_(1, following, open_ones.to(scores.dtype))
+        allowed = votes > 0
+        kept = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
+        # Where a block before this one masked every continuation, the opening still goes on:
+        # half an opening would leave the act undone.
+        stuck = constrained & ~torch.isfinite(kept).any(1)
+        kept = torch.where(stuck[:, None] & allowed, torch.zeros_like(scores), kept)
+        return torch.where(constrained[:, None], kept, scores)
+
+
+def _padded(sequences: Sequence[Sequence[int]]):
+    """``(ids, lengths)``: ``sequences`` as one ``(N, W)`` tensor padded with -1, and their
+    ``(N,)`` lengths."""
+    width = max(len(s) for s in sequences)
+    ids = torch.tensor([list(s) + [-1] * (width - len(s)) for s in sequences], dtype=torch.long)
+    return ids, torch.tensor([len(s) for s in sequences], dtype=torch.long)
+
+
+def _spelled_whole(input_ids: torch.Tensor, end: torch.Tensor, spellings: torch.Tensor,
+                   lengths: torch.Tensor) -> torch.Tensor:
+    """``(B, N)`` whether each row of ``input_ids`` ``(B, T)`` holds the whole of each of
+    ``spellings`` ``(N, W)`` (-1 padded, ``lengths`` ``(N,)``) from position ``end``
+    ``(B,)`` on."""
+    length, width = input_ids.shape[1], spellings.shape[1]
+    step = torch.arange(width, device=input_ids.device)
+    seen = input_ids.gather(1, (end[:, None] + step).clamp(max=length - 1))  # (B, W)
+    inside = step[None, :] < lengths[:, None]  # (N, W)
+    same = ((seen[:, None, :] == spellings[None]) | ~inside[None]).all(-1)  # (B, N)
+    return same & (end[:, None] + lengths[None, :] <= length)
 
 
 def spelled_labels(input_ids: torch.Tensor, end: torch.Tensor, firsts: torch.Tensor):

@@ -16,14 +16,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .chain_targets import GOAL_LEADS, fitting_acts, goal_lead, goal_repertoire, load_goal_acts
+from .chain_targets import (GOAL_LEADS, act_key, fitting_acts, goal_acts, goal_lead, goal_repertoire,
+                            load_act_openings, load_goal_acts, load_goal_counts)
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
 from .dialogue import Dialogue, last_speaker_index
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
-from .labels import LabelSets, UnknownEmotionError, normalize_label
+from .labels import EMOTION_FOLD, LabelSets, UnknownEmotionError, normalize_label
 from .language_model import (
     ADAPTER_CONFIG_NAME,
     AUDIO_PLACEHOLDER,
@@ -38,7 +39,7 @@ from .language_model import (
     special_token_ids,
 )
 from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
-                                ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock, chain_lead_ins,
+                                ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock, chain_lead_ins,
                                 emotion_step_tokens, fused_label_scores, goal_step_tokens, prompt_keys, reply_markers,
                                 sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
@@ -840,6 +841,10 @@ class Empatheia(nn.Module, Responder):
             if markers:
                 processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
                                                          decoding.repetition_penalty, protected=stops))
+        # After the reply's blocks, so an opening they cut short still goes on; before the
+        # penalty on generic openings and sampling, which choose among the openings.
+        if lm.open_reply_by_goal and chain and lm.choose_chain_emotion and lm.choose_chain_goal:
+            processors.append(self._reply_goal_openings(mode))
         context_free = self._context_free_scorer(mode) if decoding.generic_reply_penalty else None
         if context_free is not None:
             # After the blocks: only tokens they allow compete for plausibility.
@@ -856,10 +861,40 @@ class Empatheia(nn.Module, Responder):
     def _chain_goal_choice(self, emotion_marker: Sequence[int], label_firsts: Sequence[int],
                            items: Optional[Sequence[Dialogue]] = None) -> ChainGoalChoice:
         """:class:`~empatheia.logits_processors.ChainGoalChoice` over the goals that fit each
-        of ``language_model.chain_emotions`` by ``language_model.chain_goal_acts`` (its parts
-        built once per table: it tokenizes every goal), each row's goal opening as the
-        targets' rules open it after the speaker's last turn in ``items``
+        of ``language_model.chain_emotions`` (:meth:`_goal_choices`), each row's goal
+        opening as the targets' rules open it after the speaker's last turn in ``items``
         (:func:`~empatheia.chain_targets.goal_lead`; any opening without ``items``)."""
+        marker, spellings, allowed, goal_leads, goals = self._goal_choices()
+        weight = self.config.language_model.chain_goal_prior_weight
+        prior = dict(prior=self._goal_prior(goals), prior_weight=weight) if weight else {}
+        if items is None:
+            return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts, **prior)
+        row_leads = torch.tensor([GOAL_LEADS.index(goal_lead(_last_speaker_text(d))) for d in items], dtype=torch.long)
+        return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts, goal_leads, row_leads, **prior)
+
+    def _goal_prior(self, goals: Sequence[str]) -> torch.Tensor:
+        """``(K, N)`` how often listeners' replies to each of ``language_model.chain_emotions``
+        did each goal's acts (``chain_goal_acts``' ``goal_counts``, the label's row else its
+        class's), plus one half so that no goal the table allows is ruled out."""
+        lm = self.config.language_model
+        try:
+            counts = load_goal_counts(resolve_pretrained(lm.chain_goal_acts))
+        except ValueError as error:
+            raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+        keys = [act_key(goal_acts(goal)) for goal in goals]
+        rows = []
+        for label in lm.chain_emotions:
+            label = normalize_label(label)
+            row = counts.get(label) or counts.get(EMOTION_FOLD.get(label, ""), {})
+            rows.append([row.get(key, 0) + 0.5 for key in keys])
+        return torch.tensor(rows, dtype=torch.float)
+
+    def _goal_choices(self):
+        """``(marker, spellings, allowed, goal_leads, goals)``: the goal step's lead-in, every
+        goal that fits one of ``language_model.chain_emotions`` by
+        ``language_model.chain_goal_acts`` (its text and token ids), which labels each fits
+        ``(K, N)`` and which lead each opens with ``(N,)``; built once per table (it
+        tokenizes every goal)."""
         lm = self.config.language_model
         key = (lm.chain_goal_acts, tuple(lm.chain_emotions))
         cached = getattr(self, "_goal_choice_parts", None)
@@ -881,12 +916,35 @@ class Empatheia(nn.Module, Responder):
                 allowed[sorted(fits[goal][1]), column] = True
             goal_leads = torch.tensor([fits[goal][0] for goal in goals], dtype=torch.long)
             marker, spellings = goal_step_tokens(self.tokenizer, goals)
-            cached = self._goal_choice_parts = (key, marker, spellings, allowed, goal_leads)
-        _, marker, spellings, allowed, goal_leads = cached
-        if items is None:
-            return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts)
-        row_leads = torch.tensor([GOAL_LEADS.index(goal_lead(_last_speaker_text(d))) for d in items], dtype=torch.long)
-        return ChainGoalChoice(marker, spellings, allowed, emotion_marker, label_firsts, goal_leads, row_leads)
+            cached = self._goal_choice_parts = (key, (marker, spellings, allowed, goal_leads, goals))
+        return cached[1]
+
+    def _reply_goal_openings(self, mode: PromptMode) -> ReplyGoalOpenings:
+        """:class:`~empatheia.logits_processors.ReplyGoalOpenings` over the goals
+        :meth:`_chain_goal_choice` lets the chain write and the openings
+        ``language_model.chain_goal_acts`` lists for their acts (tokenized once per table)."""
+        lm = self.config.language_model
+        key = (lm.chain_goal_acts, tuple(lm.chain_emotions))
+        marker, spellings, _, _, goals = self._goal_choices()
+        parts = getattr(self, "_reply_opening_parts", None)
+        if parts is None or parts[0] != key:
+            try:
+                openings = load_act_openings(resolve_pretrained(lm.chain_goal_acts))
+            except ValueError as error:
+                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            acts = list(openings)
+            named = [[acts.index(a) for a in goal_acts(goal) if a in openings] for goal in goals]
+            width = max(1, max(len(n) for n in named))
+            table = torch.full((len(goals), width), -1, dtype=torch.long)
+            for row, indices in enumerate(named):
+                table[row, :len(indices)] = torch.tensor(indices, dtype=torch.long)
+            # As a reply writes them: after the lead-in's space, or after a sentence's end.
+            spelled = [(acts.index(act), self.tokenizer(" " + text, add_special_tokens=False)["input_ids"])
+                       for act, texts in openings.items() for text in texts]
+            parts = self._reply_opening_parts = (key, table, spelled)
+        _, table, spelled = parts
+        return ReplyGoalOpenings(marker, spellings, table, spelled, reply_markers(self.tokenizer, mode),
+                                 self._sentence_token_classes()[1])
 
     def _sentence_token_classes(self):
         """:func:`~empatheia.logits_processors.sentence_token_classes` of this model's

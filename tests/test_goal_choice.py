@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from empatheia import Empatheia
-from empatheia.chain_targets import (ADVICE_GOAL, GOAL_LEADS, QUESTION_GOAL, fit_goal_acts, fitting_acts, goal_lead,
-                                     goal_repertoire, load_goal_acts, response_goal, save_goal_acts)
+from empatheia.chain_targets import (ADVICE_GOAL, GOAL_LEADS, QUESTION_GOAL, act_key, fit_act_openings, fit_goal_acts,
+                                     fit_goal_counts, fitting_acts, goal_lead, goal_repertoire, load_act_openings,
+                                     load_goal_acts, load_goal_counts, response_goal, save_goal_acts)
 from empatheia.cli import main
 from empatheia.config import EmpatheiaConfig
 from empatheia.data.distill import distill_examples
@@ -122,6 +123,46 @@ def test_the_goal_opens_as_the_dialogue_asks_and_never_ends_in_a_blocked_word():
         choice(torch.tensor([[1, 10, 9, 2]] * 3), torch.zeros(3, 50))
 
 
+def test_goal_counts_are_what_listeners_did_for_each_emotion(tmp_path):
+    replies = ([("devastated", "I'm so sorry. Was she ill?")] * 3 + [("devastated", "Hmm.")] * 2
+               + [("proud", "Congratulations!")] + [("proud", None), (None, "Sorry.")])
+    counts = fit_goal_counts(replies)
+    assert counts["devastated"] == {act_key([SYMPATHY, DETAILS]): 3, "": 2} == counts["sad"]
+    assert counts["proud"] == {CONGRATS: 1}
+    path = tmp_path / "acts.json"
+    save_goal_acts({"devastated": [SYMPATHY]}, path, goal_counts=counts)
+    assert load_goal_counts(path) == counts
+    save_goal_acts({"devastated": [SYMPATHY]}, path)
+    with pytest.raises(ValueError, match=r"acts.json: field 'goal_counts' must map"):
+        load_goal_counts(path)
+    save_goal_acts({"devastated": [SYMPATHY]}, path, goal_counts={"sad": {"Hugging + Expressing sympathy": 2}})
+    with pytest.raises(ValueError, match=r"field 'goal_counts.sad' names 'Hugging'"):
+        load_goal_counts(path)
+    save_goal_acts({"devastated": [SYMPATHY]}, path, goal_counts={"sad": {SYMPATHY: -1}})
+    with pytest.raises(ValueError, match=r"field 'goal_counts.sad' must map act sequences to counts"):
+        load_goal_counts(path)
+
+
+def test_the_prior_multiplies_each_goals_probability_token_by_token():
+    # sad's goals 30 31 9, 30 32 9 and 30 9 weigh 1, 3 and 4 (40 9 is proud's alone).
+    spellings = [[30, 31, 9], [30, 32, 9], [40, 9], [30, 9]]
+    allowed = torch.tensor([[True, True, False, True], [False, False, True, True]])
+    prior = torch.tensor([[1.0, 3.0, 5.0, 4.0], [1.0, 1.0, 1.0, 1.0]])
+    choice = ChainGoalChoice([2], spellings, allowed, [1], [10, 20], prior=prior, prior_weight=2.0)
+    first = choice(torch.tensor([[1, 10, 9, 2]]), torch.zeros(1, 50))
+    assert torch.nonzero(torch.isfinite(first[0])).flatten().tolist() == [30]
+    assert first[0, 30].item() == pytest.approx(0.0)  # the only way on: the whole prior
+    second = choice(torch.tensor([[1, 10, 9, 2, 30]]), torch.zeros(1, 50))
+    # 31, 32 and the line break (30 9) share 1 : 3 : 4, squared by the weight.
+    assert second[0, [31, 32, 9]].tolist() == pytest.approx([2 * torch.tensor(x / 8).log().item()
+                                                             for x in (1, 3, 4)])
+    # The same scores over the model's: the sum of both decides.
+    scored = choice(torch.tensor([[1, 10, 9, 2, 30]]), torch.tensor([[0.0] * 31 + [5.0] + [0.0] * 18]))
+    assert scored[0, 31] - scored[0, 32] == pytest.approx(5 + 2 * torch.tensor(1 / 3).log().item(), rel=1e-5)
+    with pytest.raises(ValueError, match=r"prior must be \(2, 4\) and positive"):
+        ChainGoalChoice([2], spellings, allowed, [1], [10, 20], prior=torch.zeros(2, 4))
+
+
 LABELS = ["devastated", "proud"]
 
 
@@ -169,6 +210,22 @@ def test_generation_writes_a_goal_that_fits_the_emotion_it_chose(tmp_path, monke
     assert choice.row_leads.tolist() == [GOAL_LEADS.index(None), GOAL_LEADS.index(QUESTION_GOAL)]
 
 
+def test_the_models_prior_is_the_labels_counts_of_each_goals_acts(tmp_path):
+    acts = tmp_path / "acts.json"
+    save_goal_acts({"devastated": [SYMPATHY, DETAILS], "proud": [CONGRATS]}, acts,
+                   goal_counts={"devastated": {SYMPATHY: 6, "": 2}, "happy": {CONGRATS: 3}})
+    model = _tiny(acts, **{"language_model.chain_goal_prior_weight": 0.5})
+    goals = ["Expressing sympathy.", "Expressing sympathy and asking them for details.",
+             "Answering the speaker's question while expressing sympathy.", "Congratulating the speaker."]
+    # proud has no row of its own: its class's (happy) counts stand.
+    assert model._goal_prior(goals).tolist() == [[6.5, 0.5, 6.5, 0.5], [0.5, 0.5, 0.5, 3.5]]
+    choice = model._chain_goal_choice([1], [10, 20])
+    assert choice.prior_weight == 0.5 and choice.log_prior.shape == (3, len(model._goal_choices()[4]))
+    assert _tiny(acts)._chain_goal_choice([1], [10, 20]).log_prior is None  # weight 0: off
+    with pytest.raises(ValueError, match="chain_goal_prior_weight must be 0 or more"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.chain_goal_prior_weight": -1.0})
+
+
 def test_choose_chain_goal_needs_the_emotion_choice_and_a_table(tmp_path):
     with pytest.raises(ValueError, match="choose_chain_goal needs language_model.choose_chain_emotion"):
         EmpatheiaConfig.from_preset("tiny", {"language_model.choose_chain_goal": True})
@@ -200,8 +257,12 @@ def test_the_shipped_table_is_the_fit_on_smalls_training_split(tmp_path):
 
     split = split_ed_file(SHARED / "data/ed/ed_valid_conversations.jsonl", tmp_path)
     train = read_dataset(split["train"]).dialogues
-    shipped = load_goal_acts(resolve_pretrained("package:empatheia/weights/small/goal_acts.json"))
-    assert shipped == fit_goal_acts((d.emotion, d.response) for d in train)
+    path = resolve_pretrained("package:empatheia/weights/small/goal_acts.json")
+    shipped = load_goal_acts(path)
+    pairs = [(d.emotion, d.response) for d in train]
+    assert shipped == fit_goal_acts(pairs)
+    assert load_goal_counts(path) == fit_goal_counts(pairs)
+    assert load_act_openings(path) == fit_act_openings(reply for _, reply in pairs)
     # What a person expects of the fit: no congratulation for grief, no sympathy for joy.
     assert CONGRATS not in shipped["devastated"] and SYMPATHY not in shipped["joyful"]
     assert CONGRATS in shipped["proud"] and SYMPATHY in shipped["devastated"]
