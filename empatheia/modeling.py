@@ -39,9 +39,9 @@ from .language_model import (
     special_token_ids,
 )
 from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
-                                ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock, chain_lead_ins,
-                                emotion_step_tokens, fused_label_scores, goal_step_tokens, prompt_keys, reply_markers,
-                                sentence_token_classes)
+                                ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock,
+                                chain_lead_ins, emotion_step_tokens, fused_label_scores, goal_step_tokens, prompt_keys,
+                                reply_markers, sentence_token_classes)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
@@ -875,19 +875,24 @@ class Empatheia(nn.Module, Responder):
     def _goal_prior(self, goals: Sequence[str]) -> torch.Tensor:
         """``(K, N)`` how often listeners' replies to each of ``language_model.chain_emotions``
         did each goal's acts (``chain_goal_acts``' ``goal_counts``, the label's row else its
-        class's), plus one half so that no goal the table allows is ruled out."""
+        class's), plus one half so that no goal the table allows is ruled out; read once per
+        table."""
         lm = self.config.language_model
-        try:
-            counts = load_goal_counts(resolve_pretrained(lm.chain_goal_acts))
-        except ValueError as error:
-            raise ValueError(f"language_model.chain_goal_acts: {error}") from None
-        keys = [act_key(goal_acts(goal)) for goal in goals]
-        rows = []
-        for label in lm.chain_emotions:
-            label = normalize_label(label)
-            row = counts.get(label) or counts.get(EMOTION_FOLD.get(label, ""), {})
-            rows.append([row.get(key, 0) + 0.5 for key in keys])
-        return torch.tensor(rows, dtype=torch.float)
+        key = (lm.chain_goal_acts, tuple(lm.chain_emotions), tuple(goals))
+        cached = getattr(self, "_goal_prior_parts", None)
+        if cached is None or cached[0] != key:
+            try:
+                counts = load_goal_counts(resolve_pretrained(lm.chain_goal_acts))
+            except ValueError as error:
+                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            keys = [act_key(goal_acts(goal)) for goal in goals]
+            rows = []
+            for label in lm.chain_emotions:
+                label = normalize_label(label)
+                row = counts.get(label) or counts.get(EMOTION_FOLD.get(label, ""), {})
+                rows.append([row.get(k, 0) + 0.5 for k in keys])
+            cached = self._goal_prior_parts = (key, torch.tensor(rows, dtype=torch.float))
+        return cached[1]
 
     def _goal_choices(self):
         """``(marker, spellings, allowed, goal_leads, goals)``: the goal step's lead-in, every
@@ -933,7 +938,15 @@ class Empatheia(nn.Module, Responder):
             except ValueError as error:
                 raise ValueError(f"language_model.chain_goal_acts: {error}") from None
             acts = list(openings)
-            named = [[acts.index(a) for a in goal_acts(goal) if a in openings] for goal in goals]
+            # A goal's acts in order, up to the first the table has no openings for: sentence
+            # k opens act k.
+            named = []
+            for goal in goals:
+                named.append([])
+                for act in goal_acts(goal):
+                    if act not in openings:
+                        break
+                    named[-1].append(acts.index(act))
             width = max(1, max(len(n) for n in named))
             table = torch.full((len(goals), width), -1, dtype=torch.long)
             for row, indices in enumerate(named):

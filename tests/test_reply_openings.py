@@ -152,3 +152,11 @@ def test_open_reply_by_goal_needs_the_goal_choice_and_openings(tmp_path):
     model = _tiny(acts, **{"language_model.open_reply_by_goal": True})
     with pytest.raises(ValueError, match=r"language_model.chain_goal_acts: .*acts.json: field 'openings'"):
         model._decoding_processors(PromptMode.FULL, None)
+    # A goal whose first act has no openings opens nothing: its second act is not moved up.
+    save_goal_acts({"devastated": [SYMPATHY, DETAILS]}, acts, openings={DETAILS: ["Did you"]})
+    model = _tiny(acts, **{"language_model.open_reply_by_goal": True})
+    openings = model._reply_goal_openings(PromptMode.FULL)
+    goals = model._goal_choices()[4]
+    row = openings.goal_acts[goals.index("Expressing sympathy and asking them for details.")]
+    assert row.tolist() == [-1] * row.numel()
+    assert openings.goal_acts[goals.index("Asking the speaker for details.")][0] == 0
