@@ -246,6 +246,10 @@ class LanguageModelConfig:
     model's own scores choosing among them
     (:class:`~empatheia.logits_processors.ReplyGoalOpenings`), so the reply does what the
     chain planned. Needs ``choose_chain_goal``."""
+    reply_opening_bonus: Optional[float] = None
+    """With ``open_reply_by_goal``: ``None`` holds each sentence to its act's openings; a
+    number is added to the scores of the tokens that go on with one instead, so the model
+    keeps its own words where it prefers them by more than that (in logits)."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -280,6 +284,9 @@ class LanguageModelConfig:
         if not self.chain_goal_prior_weight >= 0:
             raise ValueError(f"language_model.chain_goal_prior_weight must be 0 or more, "
                              f"got {self.chain_goal_prior_weight}")
+        if self.reply_opening_bonus is not None and not self.reply_opening_bonus >= 0:
+            raise ValueError(f"language_model.reply_opening_bonus must be null or 0 or more, "
+                             f"got {self.reply_opening_bonus}")
         if self.open_reply_by_goal and not self.choose_chain_goal:
             raise ValueError("language_model.open_reply_by_goal needs language_model.choose_chain_goal: the reply "
                              "opens the acts of the goal it chose")

@@ -416,10 +416,17 @@ class ReplyGoalOpenings(LogitsProcessor):
         markers: token id sequences that end the text before the reply.
         sentence_end: ``(V,)`` bool, the tokens that close a sentence
             (:func:`sentence_token_classes`).
+        bonus: ``None`` holds the reply to the openings; a number is added to the scores of
+            the tokens that go on with one instead, every other token left as scored, so
+            the model keeps its own words where it prefers them by more than that.
     """
 
     def __init__(self, marker: Sequence[int], goals: Sequence[Sequence[int]], goal_acts: torch.Tensor,
-                 openings: Sequence[tuple], markers: Sequence[Sequence[int]], sentence_end: torch.Tensor):
+                 openings: Sequence[tuple], markers: Sequence[Sequence[int]], sentence_end: torch.Tensor,
+                 bonus: Optional[float] = None):
+        if bonus is not None and not bonus >= 0:
+            raise ValueError(f"bonus must be None or 0 or more, got {bonus}")
+        self.bonus = bonus
         if goal_acts.dim() != 2 or goal_acts.shape[0] != len(goals):
             raise ValueError(f"goal_acts must be ({len(goals)}, A), a row per goal; got {tuple(goal_acts.shape)}")
         if not goals or any(len(g) == 0 for g in goals) or any(len(ids) == 0 for _, ids in openings):
@@ -476,6 +483,8 @@ class ReplyGoalOpenings(LogitsProcessor):
         following = self.openings[:, so_far.clamp(max=steps - 1)].T.clamp(min=0)  # (B, M)
         votes = torch.zeros_like(scores).scatter_add_(1, following, open_ones.to(scores.dtype))
         allowed = votes > 0
+        if self.bonus is not None:
+            return torch.where(constrained[:, None] & allowed, scores + self.bonus, scores)
         kept = torch.where(allowed, scores, torch.full_like(scores, float("-inf")))
         # Where a block before this one masked every continuation, the opening still goes on:
         # half an opening would leave the act undone.

@@ -957,7 +957,7 @@ class Empatheia(nn.Module, Responder):
             parts = self._reply_opening_parts = (key, table, spelled)
         _, table, spelled = parts
         return ReplyGoalOpenings(marker, spellings, table, spelled, reply_markers(self.tokenizer, mode),
-                                 self._sentence_token_classes()[1])
+                                 self._sentence_token_classes()[1], bonus=lm.reply_opening_bonus)
 
     def _sentence_token_classes(self):
         """:func:`~empatheia.logits_processors.sentence_token_classes` of this model's

@@ -100,6 +100,23 @@ def test_each_sentence_of_the_reply_opens_the_goals_next_act():
     assert _allowed(openings(batch, torch.zeros(2, 100))) == [[61], [70]]
 
 
+def test_with_a_bonus_the_openings_are_favoured_not_forced():
+    goals = [[30, 31, 9]]
+    sentence_end = torch.zeros(100, dtype=torch.bool)
+    sentence_end[8] = True
+    openings = ReplyGoalOpenings([2], goals, torch.tensor([[0]]), [(0, [60, 61]), (0, [62])], [[7]], sentence_end,
+                                 bonus=2.5)
+    scores = torch.arange(100, dtype=torch.float)[None]
+    kept = openings(torch.tensor([[2, 30, 31, 9, 7]]), scores.clone())
+    assert kept[0, 60] == 62.5 and kept[0, 62] == 64.5 and kept[0, 99] == 99  # the model's 99 still wins
+    # Off the openings (the row wrote its own word), the sentence is free.
+    assert torch.equal(openings(torch.tensor([[2, 30, 31, 9, 7, 99]]), scores.clone()), scores)
+    with pytest.raises(ValueError, match="bonus must be None or 0 or more"):
+        ReplyGoalOpenings([2], goals, torch.tensor([[0]]), [(0, [60])], [[7]], sentence_end, bonus=-1.0)
+    with pytest.raises(ValueError, match="reply_opening_bonus must be null or 0 or more"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.reply_opening_bonus": -1.0})
+
+
 def test_an_opening_cut_short_by_a_block_still_goes_on():
     openings = _openings()
     blocked = torch.full((1, 100), float("-inf"))
