@@ -226,6 +226,12 @@ class LanguageModelConfig:
     hold every one of ``chain_emotions``. ``None``: the language model's reading alone."""
     chain_emotion_reader_weight: float = 1.0
     """The exponent of the readers' product in that product (0 leaves it out)."""
+    chain_emotion_context: str = "chain"
+    """Where the chosen emotion is read: ``"chain"``, at the emotion step after the event
+    step the model wrote; ``"speaker"``, at the emotion step of a chain whose event step
+    holds the speaker's own first turn, read in one pass before the chain is written
+    (:meth:`~empatheia.modeling.Empatheia.speaker_emotion_reading`); the chain then writes
+    that label. Needs ``choose_chain_emotion``."""
     choose_chain_goal: bool = False
     """Write the chain's goal as one of the goals that fit the chosen emotion (what the
     targets' rules write from the acts ``chain_goal_acts`` lists for it,
@@ -278,6 +284,12 @@ class LanguageModelConfig:
         if self.chain_emotion_reader and not self.chain_emotions:
             raise ValueError("language_model.chain_emotion_reader needs language_model.chain_emotions: "
                              "the labels its reading is fused over")
+        if self.chain_emotion_context not in ("chain", "speaker"):
+            raise ValueError(f"language_model.chain_emotion_context must be 'chain' or 'speaker', "
+                             f"got {self.chain_emotion_context!r}")
+        if self.chain_emotion_context == "speaker" and not self.choose_chain_emotion:
+            raise ValueError("language_model.chain_emotion_context 'speaker' needs language_model.choose_chain_emotion: "
+                             "the chain writes the label read from the speaker's words")
         if self.choose_chain_goal and not (self.choose_chain_emotion and self.chain_goal_acts):
             raise ValueError("language_model.choose_chain_goal needs language_model.choose_chain_emotion (the goal "
                              "fits the chosen label) and language_model.chain_goal_acts (which acts fit it)")

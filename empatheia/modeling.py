@@ -45,7 +45,7 @@ from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNg
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
-from .prompts import PromptMode, parse_chain
+from .prompts import ChainOfEmpathy, PromptMode, parse_chain
 from .responding import Responder
 from .response import EmpatheticResponse, LabelPrediction
 from .stages import CCL, EMP, PARAMETER_GROUPS, SAC, Stage, get_stage
@@ -93,6 +93,11 @@ class GeneratedText:
     """What the generation computed, for the signal pass to reuse (``keep_cache``)."""
     chain_emotion_prior: Optional[torch.Tensor] = None
     """``(B, K)`` what the chain's emotion was fused with (:meth:`Empatheia.chain_emotion_prior`)."""
+    chain_emotion_reading: Optional[torch.Tensor] = None
+    """``(B, K)`` the chain's emotion as read from the speaker's own words, which the chain
+    then wrote (``language_model.chain_emotion_context`` "speaker",
+    :meth:`Empatheia.speaker_emotion_reading`); ``None`` when the chain read it after its
+    own event step."""
 
 
 @dataclass
@@ -696,8 +701,13 @@ class Empatheia(nn.Module, Responder):
             raise ValueError("keep_cache is for prompts without a prefix")
         recorder = _FirstLogits(score_steps) if score_steps > 0 else None
         prior = self.chain_emotion_prior(items) if mode in (PromptMode.TEXT, PromptMode.FULL) else None
+        reading = None
         if given_emotions is not None:
             prior = self.given_emotion_prior(given_emotions, prior, mode)
+        elif self._reads_emotion_from_speaker(mode):
+            reading = self.speaker_emotion_reading(items, prompts, media, prior)
+            labels = self.config.language_model.chain_emotions
+            prior = self.given_emotion_prior([labels[i] for i in reading.argmax(1).tolist()], None, mode)
         processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts, items),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
         context_free = next((p.context_free for p in processors if isinstance(p, GenericReplyPenalty)), None)
@@ -739,7 +749,41 @@ class Empatheia(nn.Module, Responder):
                 prompt_width=batch["input_ids"].shape[1],
             )
         return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None,
-                             cache, prior)
+                             cache, prior, reading)
+
+    def _reads_emotion_from_speaker(self, mode: PromptMode) -> bool:
+        lm = self.config.language_model
+        return (lm.chain_emotion_context == "speaker" and mode in (PromptMode.TEXT, PromptMode.FULL)
+                and lm.choose_chain_emotion and bool(lm.chain_emotions))
+
+    @torch.no_grad()
+    def speaker_emotion_reading(self, items: Sequence[Dialogue], prompts: Sequence[EncodedExample],
+                                media: Tuple[Optional[torch.Tensor], Optional[torch.Tensor]],
+                                prior: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(B, K)`` the chain's emotion read from the speaker's own words: the language
+        model's log-probabilities of ``language_model.chain_emotions`` at the emotion step of
+        a chain whose event step holds the speaker's first turn of each prompt (``prompts``,
+        with their projected ``media``), fused with ``prior`` (:meth:`chain_emotion_scores`).
+        One teacher-forced pass; nothing is generated.
+
+        Why: the event step a four-step core writes tells the event in fewer words, and the
+        words it drops are often the ones that carry the feeling; read after the
+        speaker's own account, the same core names the emotion more often right
+        (docs/small_preset.md, "The chain's emotion read from the speaker's words")."""
+        placeholder = self.config.language_model.chain_emotions[0]
+        encoded = []
+        for dialogue, prompt in zip(items, prompts):
+            kept = dialogue.turns[prompt.first_turn:]
+            words = next((t.text for t in kept if t.role == "speaker" and t.text.strip()), "")
+            # Within the room the generation kept for its chain: an event step as long as a
+            # chain's whole budget would not fit.
+            words = " ".join(words.split()[:SPEAKER_EVENT_WORDS])
+            chain = ChainOfEmpathy(event_scenario=words, speaker_emotion=placeholder)
+            encoded.append(self.processor.encode(dialogue, PromptMode.FULL, Target(chain=chain, signals=False, eos=False),
+                                                 first_turn=prompt.first_turn, load_media=False))
+        batch = _to(self.processor.collate(encoded), self.device)
+        hidden = self.hidden_states(batch, media=media)
+        return self.chain_emotion_scores(hidden, batch["emotion_slot"], prior)
 
     def chain_emotion_prior(self, items: Sequence[Dialogue]) -> Optional[torch.Tensor]:
         """``(B, K)`` the reading of ``language_model.chain_emotion_reader`` for each
@@ -1087,13 +1131,17 @@ class Empatheia(nn.Module, Responder):
             speech_lengths = [max(1, self.speech_generator().content_length(response)) for _, response in parsed]
         full_batch = _to(self.processor.collate(full), device)
         hidden = self.answer_hidden_states(full_batch, written)
-        emotion_prior = written.chain_emotion_prior
+        emotion_prior, reading = written.chain_emotion_prior, written.chain_emotion_reading
         del written  # its key/value cache is no longer needed: free it before the heads run
         if speech_lengths is None:
             speech_lengths = self.content_synchronizer.estimate_lengths(full_batch["response_chars"])
         speech_lengths = torch.as_tensor(speech_lengths, device=device)
         content = self.content_synchronizer(hidden, full_batch["response_mask"], speech_lengths, speech_units)
         chain_scores = self.chain_emotion_scores(hidden, full_batch["emotion_slot"], emotion_prior)
+        if reading is not None and chain_scores is not None:
+            # The chain wrote the label read from the speaker's words: report that reading
+            # (rows whose chain has no emotion step stay without one).
+            chain_scores = torch.where(chain_scores.isnan().any(1, keepdim=True), chain_scores, reading.float())
         style_prior = self.style_emotion_prior(chain_scores)
         style = self.style_disentangler(*self.style_inputs(hidden, full_batch), emotion_prior=style_prior)
         chain_emotions = self._chain_label_predictions(chain_scores, len(items))
@@ -1282,6 +1330,11 @@ class Empatheia(nn.Module, Responder):
             check_adapter_config(model.language_model, directory)
         model.load_trained_state_dict(load_trained_state(directory), source=str(directory))
         return model.eval()
+
+
+SPEAKER_EVENT_WORDS = 64
+"""The most of the speaker's first turn :meth:`Empatheia.speaker_emotion_reading` puts in
+the event step."""
 
 
 def _last_speaker_text(dialogue: Dialogue) -> str:

@@ -149,3 +149,52 @@ def test_the_fusion_bench_scores_the_core_alone_and_the_reader_heavy(tmp_path, c
     main(["--data", str(data), "--predictions", str(predictions), "--reader", str(reader), "--weights", "0", "50"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert rows == [["0", "0.3333", "0.3333"], ["50", "1.0000", "1.0000"]]
+
+
+@torch.no_grad()
+def test_the_emotion_read_from_the_speakers_words_is_what_the_chain_writes(tmp_path, monkeypatch):
+    """``chain_emotion_context: speaker``: the emotion is read at the emotion step of a
+    chain whose event step is the speaker's first turn, in one teacher-forced pass, and the
+    chain writes that label."""
+    from empatheia.modeling import _to
+    from empatheia.processing import Target
+    from empatheia.prompts import ChainOfEmpathy
+
+    reader = _reader(tmp_path)
+    model = _tiny(reader, 1.0)
+    model.config.language_model.chain_emotion_context = "speaker"
+    items = [_dialogue("rain today"), _dialogue("party today")]
+    prompts = [model.processor.encode(d, PromptMode.FULL) for d in items]
+    media = (None, None)
+    prior = model.chain_emotion_prior(items)
+    reading = model.speaker_emotion_reading(items, prompts, media, prior)
+    assert reading.shape == (2, 3) and bool(torch.isfinite(reading).all())
+    # The same as reading the chain with that event step written out by hand.
+    chains = [ChainOfEmpathy(event_scenario=d.turns[0].text, speaker_emotion=LABELS[0]) for d in items]
+    batch = _to(model.processor.collate([model.processor.encode(d, PromptMode.FULL, Target(chain=c, eos=False))
+                                         for d, c in zip(items, chains)]), model.device)
+    by_hand = model.chain_emotion_scores(model.hidden_states(batch, media=media), batch["emotion_slot"], prior)
+    assert torch.allclose(reading, by_hand, atol=1e-5)
+    # Generation takes that label whatever the core reads after its own event step.
+    free = model.generate_text(items, PromptMode.FULL, 8)
+    lead = int(free.sequences[0, 0])
+    _, spellings = emotion_step_tokens(model.tokenizer, LABELS)
+    monkeypatch.setattr("empatheia.modeling.emotion_step_tokens", lambda tokenizer, names: ([lead], spellings))
+    written = model.generate_text(items, PromptMode.FULL, 8)
+    assert torch.allclose(written.chain_emotion_reading, reading, atol=1e-5)
+    for row, label in enumerate(reading.argmax(1).tolist()):
+        tokens = written.sequences[row].tolist()
+        at = tokens.index(lead) + 1
+        assert tokens[at:at + len(spellings[label])] == spellings[label]
+    # Given emotions (distillation) still win, and the chain's own reading is the default.
+    given = model.generate_text(items, PromptMode.FULL, 8, given_emotions=["sad", "sad"])
+    assert given.chain_emotion_reading is None
+    model.config.language_model.chain_emotion_context = "chain"
+    assert model.generate_text(items, PromptMode.FULL, 8).chain_emotion_reading is None
+
+
+def test_the_speaker_context_needs_the_emotion_choice():
+    with pytest.raises(ValueError, match="chain_emotion_context 'speaker' needs language_model.choose_chain_emotion"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_context": "speaker"})
+    with pytest.raises(ValueError, match="must be 'chain' or 'speaker'"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_context": "event"})
