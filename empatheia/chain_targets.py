@@ -726,8 +726,8 @@ def load_act_openings(path) -> Dict[str, List[str]]:
     the file and the field where there are none or they are malformed."""
     openings = _read_goal_acts_file(path).get("openings")
     if not isinstance(openings, dict) or not openings:
-        raise ValueError(f"{path}: field 'openings' must map acts to their openings (written by `empatheia data "
-                         f"goal-acts` since openings were added; fit the file again)")
+        raise ValueError(f"{path}: field 'openings' must map acts to their openings (`empatheia data goal-acts` "
+                         f"writes them; an older file lacks them: fit it again)")
     for act, texts in openings.items():
         if act not in ACT_NAMES:
             raise ValueError(f"{path}: field 'openings' names {act!r}, not an act of reply_acts")
@@ -742,7 +742,7 @@ def load_goal_counts(path) -> Dict[str, Dict[str, int]]:
     counts = _read_goal_acts_file(path).get("goal_counts")
     if not isinstance(counts, dict) or not counts:
         raise ValueError(f"{path}: field 'goal_counts' must map emotions to the counts of their replies' acts "
-                         f"(written by `empatheia data goal-acts` since the counts were added; fit the file again)")
+                         f"(`empatheia data goal-acts` writes them; an older file lacks them: fit it again)")
     for emotion, row in counts.items():
         if not isinstance(row, dict) or not all(isinstance(n, int) and n >= 0 for n in row.values()):
             raise ValueError(f"{path}: field 'goal_counts.{emotion}' must map act sequences to counts, got {row!r}")
