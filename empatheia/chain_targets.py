@@ -47,7 +47,7 @@ import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .labels import EMOTION_FOLD, normalize_label
 from .prompts import ChainOfEmpathy, chain_is_complete
@@ -520,24 +520,16 @@ def fit_goal_acts(examples: Iterable[Tuple[Optional[str], Optional[str]]], min_s
     what listeners do for the chosen emotion, its own scores choose among acts that fit."""
     if not 0 < min_share <= 1:
         raise ValueError(f"min_share must be in (0, 1], got {min_share}")
-    # Labels and classes counted apart: "sad" is both an ED label and the class that pools
-    # "devastated", "nostalgic", ..., and the label keeps its own listeners' acts.
-    counts: Dict[str, Dict[str, Counter]] = {"label": {}, "class": {}}
-    totals: Dict[str, Counter] = {"label": Counter(), "class": Counter()}
-    for emotion, reply in examples:
-        if not emotion or reply is None:
-            continue
-        key = normalize_label(emotion)
-        acts = set(reply_acts(reply))
-        for kind, group in (("label", key), ("class", EMOTION_FOLD.get(key, key))):
-            totals[kind][group] += 1
-            counts[kind].setdefault(group, Counter()).update(acts)
-    def fitting(kind: str, group: str) -> List[str]:
-        return [act for act in ACT_NAMES if counts[kind][group][act] >= max(min_count, min_share * totals[kind][group])]
-
-    table = {group: fitting("class", group) for group in totals["class"] if group not in totals["label"]}
-    table.update({label: fitting("label", label) for label in totals["label"]})
-    return dict(sorted(table.items()))
+    table = {}
+    for group, sequences in fit_goal_counts(examples).items():
+        # A reply names an act at most once, so an act's replies are the counts of the
+        # sequences that hold it.
+        doing = Counter()
+        for key, count in sequences.items():
+            doing.update({act: count for act in key.split(ACT_SEPARATOR) if key})
+        needed = max(min_count, min_share * sum(sequences.values()))
+        table[group] = [act for act in ACT_NAMES if doing[act] >= needed]
+    return table
 
 
 def fit_goal_counts(examples: Iterable[Tuple[Optional[str], Optional[str]]]) -> Dict[str, Dict[str, int]]:
@@ -549,6 +541,8 @@ def fit_goal_counts(examples: Iterable[Tuple[Optional[str], Optional[str]]]) -> 
     Why: the goal a small core scores highest is the one its own data repeated most; these
     counts are what listeners chose for the emotion, a prior the goal choice can weigh the
     core's scores with (``language_model.chain_goal_prior_weight``)."""
+    # Labels and classes counted apart: "sad" is both an ED label and the class that pools
+    # "devastated", "nostalgic", ..., and the label keeps its own listeners' replies.
     counts: Dict[str, Dict[str, Counter]] = {"label": {}, "class": {}}
     for emotion, reply in examples:
         if not emotion or reply is None:
@@ -562,10 +556,13 @@ def fit_goal_counts(examples: Iterable[Tuple[Optional[str], Optional[str]]]) -> 
     return {group: dict(sorted(c.items())) for group, c in sorted(table.items())}
 
 
+ACT_SEPARATOR = " + "
+
+
 def act_key(acts: Sequence[str]) -> str:
     """The key of a sequence of acts in :func:`fit_goal_counts`' table: the acts joined by
     " + ", ``""`` for none."""
-    return " + ".join(acts)
+    return ACT_SEPARATOR.join(acts)
 
 
 def goal_repertoire(acts: Sequence[str], emotion: Optional[str] = None,
@@ -746,7 +743,7 @@ def load_goal_counts(path) -> Dict[str, Dict[str, int]]:
     for emotion, row in counts.items():
         if not isinstance(row, dict) or not all(isinstance(n, int) and n >= 0 for n in row.values()):
             raise ValueError(f"{path}: field 'goal_counts.{emotion}' must map act sequences to counts, got {row!r}")
-        unknown = [act for key in row for act in key.split(" + ") if key and act not in ACT_NAMES]
+        unknown = [act for key in row for act in key.split(ACT_SEPARATOR) if key and act not in ACT_NAMES]
         if unknown:
             raise ValueError(f"{path}: field 'goal_counts.{emotion}' names {unknown[0]!r}, not an act of reply_acts")
     return {normalize_label(emotion): dict(row) for emotion, row in counts.items()}
@@ -768,7 +765,14 @@ def load_goal_acts(path) -> Dict[str, List[str]]:
 def fitting_acts(table: Dict[str, List[str]], emotion: Optional[str]) -> List[str]:
     """The acts ``table`` (:func:`fit_goal_acts`) lists for ``emotion``, else for its class
     of the fold; none for an emotion it knows neither way."""
+    return emotion_row(table, emotion, [])
+
+
+def emotion_row(table: Dict[str, Any], emotion: Optional[str], default: Any = None) -> Any:
+    """``table``'s row for ``emotion`` (keyed by normalised label), else for its class of
+    the fold (how :func:`fit_goal_acts` and :func:`fit_goal_counts` key their tables), else
+    ``default``."""
     key = normalize_label(emotion) if emotion else ""
     if key in table:
         return table[key]
-    return table.get(EMOTION_FOLD.get(key, ""), [])
+    return table.get(EMOTION_FOLD.get(key, ""), default)

@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .chain_targets import (GOAL_LEADS, act_key, fitting_acts, goal_acts, goal_lead, goal_repertoire,
+from .chain_targets import (GOAL_LEADS, act_key, emotion_row, fitting_acts, goal_acts, goal_lead, goal_repertoire,
                             load_act_openings, load_goal_acts, load_goal_counts)
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
@@ -24,7 +24,7 @@ from .decoding import Decoding
 from .dialogue import Dialogue, last_speaker_index
 from .encoders import SpeechEncoder, VideoEncoder
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
-from .labels import EMOTION_FOLD, LabelSets, UnknownEmotionError, normalize_label
+from .labels import LabelSets, UnknownEmotionError, normalize_label
 from .language_model import (
     ADAPTER_CONFIG_NAME,
     AUDIO_PLACEHOLDER,
@@ -925,16 +925,9 @@ class Empatheia(nn.Module, Responder):
         key = (lm.chain_goal_acts, tuple(lm.chain_emotions), tuple(goals))
         cached = getattr(self, "_goal_prior_parts", None)
         if cached is None or cached[0] != key:
-            try:
-                counts = load_goal_counts(resolve_pretrained(lm.chain_goal_acts))
-            except ValueError as error:
-                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            counts = self._goal_table(load_goal_counts)
             keys = [act_key(goal_acts(goal)) for goal in goals]
-            rows = []
-            for label in lm.chain_emotions:
-                label = normalize_label(label)
-                row = counts.get(label) or counts.get(EMOTION_FOLD.get(label, ""), {})
-                rows.append([row.get(k, 0) + 0.5 for k in keys])
+            rows = [[emotion_row(counts, label, {}).get(k, 0) + 0.5 for k in keys] for label in lm.chain_emotions]
             cached = self._goal_prior_parts = (key, torch.tensor(rows, dtype=torch.float))
         return cached[1]
 
@@ -948,11 +941,7 @@ class Empatheia(nn.Module, Responder):
         key = (lm.chain_goal_acts, tuple(lm.chain_emotions))
         cached = getattr(self, "_goal_choice_parts", None)
         if cached is None or cached[0] != key:
-            path = resolve_pretrained(lm.chain_goal_acts)
-            try:
-                table = load_goal_acts(path)
-            except ValueError as error:
-                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            table = self._goal_table(load_goal_acts)
             # goal -> (its lead, the labels it fits)
             fits: Dict[str, Tuple[int, set]] = {}
             for row, label in enumerate(lm.chain_emotions):
@@ -968,6 +957,14 @@ class Empatheia(nn.Module, Responder):
             cached = self._goal_choice_parts = (key, (marker, spellings, allowed, goal_leads, goals))
         return cached[1]
 
+    def _goal_table(self, load: Callable[[Path], Any]) -> Any:
+        """What ``load`` (one of chain_targets' goal-acts readers) reads from
+        ``language_model.chain_goal_acts``; its errors name the setting."""
+        try:
+            return load(resolve_pretrained(self.config.language_model.chain_goal_acts))
+        except ValueError as error:
+            raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+
     def _reply_goal_openings(self, mode: PromptMode) -> ReplyGoalOpenings:
         """:class:`~empatheia.logits_processors.ReplyGoalOpenings` over the goals
         :meth:`_chain_goal_choice` lets the chain write and the openings
@@ -977,10 +974,7 @@ class Empatheia(nn.Module, Responder):
         marker, spellings, _, _, goals = self._goal_choices()
         parts = getattr(self, "_reply_opening_parts", None)
         if parts is None or parts[0] != key:
-            try:
-                openings = load_act_openings(resolve_pretrained(lm.chain_goal_acts))
-            except ValueError as error:
-                raise ValueError(f"language_model.chain_goal_acts: {error}") from None
+            openings = self._goal_table(load_act_openings)
             acts = list(openings)
             # A goal's acts in order, up to the first the table has no openings for: sentence
             # k opens act k.

@@ -152,13 +152,28 @@ def test_the_model_opens_the_reply_with_the_acts_of_the_goal_its_chain_wrote(tmp
     marker, spellings = goal_step_tokens(tokenizer, [goal])
     assert reply_markers(tokenizer, PromptMode.FULL) and marker
     vocab = model._hf_model().get_output_embeddings().weight.shape[0]
-    kept = openings(torch.tensor([ids]), torch.zeros(1, vocab))
-    firsts = {tokenizer(" " + t, add_special_tokens=False)["input_ids"][0] for t in ("Oh no", "I'm so sorry")}
-    assert set(_allowed(kept)[0]) == firsts
+
+    def spelled(text):
+        return tokenizer(" " + text, add_special_tokens=False)["input_ids"]
+
+    def walk(before, opening, candidates):
+        # Token by token along `opening`: only the next tokens of the candidates that agree
+        # so far stand; once it is whole, the sentence is free.
+        target = spelled(opening)
+        for step in range(len(target) + 1):
+            kept = openings(torch.tensor([before + target[:step]]), torch.zeros(1, vocab))
+            agree = [c for c in map(spelled, candidates) if c[:step] == target[:step] and len(c) > step]
+            complete = any(c == target[:step] for c in map(spelled, candidates))
+            expected = list(range(vocab)) if complete or not agree else sorted({c[step] for c in agree})
+            assert _allowed(kept)[0] == expected, (opening, step)
+
+    # The first sentence opens the goal's first act (sympathy), never its second.
+    walk(ids, "Oh no", ["Oh no", "I'm so sorry"])
+    walk(ids, "I'm so sorry", ["Oh no", "I'm so sorry"])
+    assert spelled("Did you")[:2] not in [spelled(t)[:2] for t in ("Oh no", "I'm so sorry")]
     # After a first sentence, the question opens the second.
     reply = tokenizer(text + " Oh no, that is sad.", add_special_tokens=False)["input_ids"]
-    kept = openings(torch.tensor([reply]), torch.zeros(1, vocab))
-    assert _allowed(kept)[0] == [tokenizer(" Did you", add_special_tokens=False)["input_ids"][0]]
+    walk(reply, "Did you", ["Did you"])
 
 
 def test_open_reply_by_goal_needs_the_goal_choice_and_openings(tmp_path):
