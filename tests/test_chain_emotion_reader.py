@@ -198,3 +198,35 @@ def test_the_speaker_context_needs_the_emotion_choice():
         EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_context": "speaker"})
     with pytest.raises(ValueError, match="must be 'chain' or 'speaker'"):
         EmpatheiaConfig.from_preset("tiny", {"language_model.chain_emotion_context": "event"})
+
+
+@torch.no_grad()
+def test_the_response_reports_the_reading_from_the_speakers_words(tmp_path, monkeypatch):
+    """The label the chain wrote is reported with the distribution it was chosen by, not
+    the core's reading after its own event step."""
+    from empatheia.prompts import ChainOfEmpathy
+
+    # The core alone (no readers of words), so the two contexts' readings differ.
+    model = _tiny(_reader(tmp_path), 0.0)
+    model.config.language_model.chain_emotion_context = "speaker"
+    item = _dialogue("rain today")
+    # Random weights write no chain: parse every answer as one whose emotion step says "happy".
+    monkeypatch.setattr("empatheia.modeling.parse_chain",
+                        lambda text: (ChainOfEmpathy(event_scenario="It rained.", speaker_emotion="happy"), "Oh."))
+    response = model.respond(item, max_new_tokens=4)
+    prompt = model.processor.encode(item, PromptMode.FULL)
+    reading = model.speaker_emotion_reading([item], [prompt], (None, None), model.chain_emotion_prior([item]))
+    expected = reading.softmax(1)[0]
+    assert response.chain_emotion.label == LABELS[int(expected.argmax())]
+    for label, probability in zip(LABELS, expected.tolist()):
+        assert response.chain_emotion.probabilities[label] == pytest.approx(probability, abs=1e-4)
+    # Whatever the reading says is what is reported, not the core's reading after the
+    # chain's own event step (which random weights make near uniform).
+    chosen = torch.tensor([[0.1, 0.7, 0.2]]).log()
+    monkeypatch.setattr(Empatheia, "speaker_emotion_reading", lambda self, *args: chosen.clone())
+    reported = model.respond(item, max_new_tokens=4).chain_emotion
+    assert reported.label == LABELS[1]
+    assert [reported.probabilities[label] for label in LABELS] == pytest.approx([0.1, 0.7, 0.2], abs=1e-5)
+    model.config.language_model.chain_emotion_context = "chain"
+    own = model.respond(item, max_new_tokens=4).chain_emotion.probabilities
+    assert max(own.values()) < 0.6
