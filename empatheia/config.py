@@ -256,6 +256,11 @@ class LanguageModelConfig:
     """With ``open_reply_by_goal``: ``None`` holds each sentence to its act's openings; a
     number is added to the scores of the tokens that go on with one instead, so the model
     keeps its own words where it prefers them by more than that (in logits)."""
+    no_repeat_listener_ngram_size: int = 0
+    """The reply may not repeat a run of this many tokens of the listener's (the avatar's
+    own) earlier turns in the dialogue, so a later turn is not answered with an earlier
+    one (:class:`~empatheia.logits_processors.ListenerEchoBlock`); 0 is off, else at
+    least 2."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -274,6 +279,10 @@ class LanguageModelConfig:
             check_generic_reply_penalty(self.generic_reply_penalty)
         except ValueError as error:
             raise ValueError(f"language_model.{error}") from None
+        if isinstance(self.no_repeat_listener_ngram_size, bool) or not isinstance(self.no_repeat_listener_ngram_size, int) \
+                or self.no_repeat_listener_ngram_size < 0 or self.no_repeat_listener_ngram_size == 1:
+            raise ValueError(f"language_model.no_repeat_listener_ngram_size must be 0 (off) or a whole number of at "
+                             f"least 2, got {self.no_repeat_listener_ngram_size!r}")
         if isinstance(self.generic_reply_tokens, bool) or not isinstance(self.generic_reply_tokens, int) \
                 or self.generic_reply_tokens < 1:
             raise ValueError(f"language_model.generic_reply_tokens must be a whole number of at least 1, "

@@ -592,6 +592,75 @@ def repeated_ngram_tokens(input_ids: torch.Tensor, start: torch.Tensor, n: int, 
     return _token_set(torch.where(hit, grams[..., -1], vocab), vocab)
 
 
+# Where a sentence of a turn ends, for the forms its words can take in a reply.
+_TURN_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])\s+")
+
+
+def turn_ngrams(tokenizer: Any, texts: Sequence[str], n: int) -> torch.Tensor:
+    """``(K, n)`` every run of ``n`` token ids in ``texts`` as a reply could spell them:
+    each text and each of its sentences encoded alone and after a space (a word opens a
+    reply without one and a later sentence with one, and byte-level tokenizers spell the
+    two differently); sorted, without repeats."""
+    grams = set()
+    for text in texts:
+        for piece in (text, *_TURN_SENTENCE_END.split(text.strip())):
+            piece = piece.strip()
+            for form in (piece, " " + piece):
+                ids = tokenizer.encode(form, add_special_tokens=False)
+                grams.update(tuple(ids[i:i + n]) for i in range(len(ids) - n + 1))
+    return torch.tensor(sorted(grams), dtype=torch.long).view(-1, n)
+
+
+class ListenerEchoBlock(LogitsProcessor):
+    """The reply does not repeat a run of ``n`` tokens of what the listener (the avatar
+    itself) said earlier in the dialogue.
+
+    Why: a core that learned to answer one listener turn at a time often answers a later
+    turn with its earlier one (asked "How are you holding up?", it asks it again after
+    the speaker answered). The n-gram block of :class:`ReplyRepetitionControl` sees only
+    the reply, so this one blocks, in the reply, a token that would complete one of each
+    row's ``grams``: the n-grams of that row's listener turns (:func:`turn_ngrams`).
+
+    Args:
+        markers: token id sequences that end the text before the reply.
+        grams: one ``(K_b, n)`` tensor per row (``K_b`` may be 0), in batch order.
+        protected: token ids never blocked (the end of text, the signal tokens).
+    """
+
+    def __init__(self, markers: Sequence[Sequence[int]], grams: Sequence[torch.Tensor], protected: Sequence[int] = ()):
+        sizes = {int(g.shape[1]) for g in grams if g.numel()}
+        if len(sizes) > 1 or (sizes and min(sizes) < 2):
+            raise ValueError(f"every row's n-grams must have one length of at least 2, got {sorted(sizes)}")
+        self.markers = _marker_tensors(markers)
+        self.n = sizes.pop() if sizes else 0
+        width = max((int(g.shape[0]) for g in grams if g.numel()), default=0)
+        self.grams = torch.full((len(grams), width, max(self.n, 1)), -1, dtype=torch.long)  # (B, K, n), -1 pads
+        for row, g in enumerate(grams):
+            if g.numel():
+                self.grams[row, :g.shape[0]] = g
+        self.protected = torch.as_tensor(sorted(set(int(i) for i in protected)), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, length = input_ids.shape
+        if self.n == 0 or length < self.n - 1:
+            return scores
+        if rows != self.grams.shape[0]:
+            raise ValueError(f"ListenerEchoBlock holds n-grams for {self.grams.shape[0]} rows, got {rows}")
+        device, vocab = scores.device, scores.shape[-1]
+        if self.grams.device != device:
+            self.grams = self.grams.to(device)
+        # The n - 1 tokens the next one would follow, all of them in the reply.
+        tail_in_reply = length - self.n + 1 >= reply_starts(input_ids, self.markers)  # (B,)
+        if not bool(tail_in_reply.any()):
+            return scores
+        tail = input_ids[:, length - self.n + 1:]  # (B, n - 1)
+        hit = (self.grams[..., :-1] == tail[:, None, :]).all(-1) & (self.grams[..., -1] >= 0)  # (B, K)
+        hit &= tail_in_reply[:, None]
+        banned = _token_set(torch.where(hit, self.grams[..., -1], vocab), vocab)
+        banned[:, self.protected.to(device)] = False
+        return scores.masked_fill(banned, float("-inf"))
+
+
 class ChainStepNgramBlock(LogitsProcessor):
     """n-gram blocking within each step of the chain, before the reply.
 

@@ -39,9 +39,9 @@ from .language_model import (
     special_token_ids,
 )
 from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
-                                ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling, SentenceRepetitionBlock,
-                                chain_lead_ins, emotion_step_tokens, fused_label_scores, goal_step_tokens, prompt_keys,
-                                reply_markers, sentence_token_classes)
+                                ListenerEchoBlock, ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling,
+                                SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
+                                goal_step_tokens, prompt_keys, reply_markers, sentence_token_classes, turn_ngrams)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
@@ -853,7 +853,8 @@ class Empatheia(nn.Module, Responder):
         generation in layout ``mode``: the n-gram block within each step of the chain, the
         chain's template and the choice of its emotion (fused with ``emotion_prior``,
         :meth:`chain_emotion_prior`) where the config asks for them, the block on repeated
-        sentences, the reply's repetition control, the penalty on generic openings (scored
+        sentences, the reply's repetition control, the block on the listener's earlier words
+        (:meth:`_listener_ngrams`), the penalty on generic openings (scored
         by :meth:`_context_free_scorer`), then sampling (each row drawing
         by its prompt's key, :func:`~empatheia.logits_processors.prompt_keys`, so a dialogue
         draws alike in any batch)."""
@@ -885,6 +886,10 @@ class Empatheia(nn.Module, Responder):
             if markers:
                 processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
                                                          decoding.repetition_penalty, protected=stops))
+        if lm.no_repeat_listener_ngram_size and items is not None and prompts is not None:
+            markers = reply_markers(self.tokenizer, mode)
+            if markers:
+                processors.append(ListenerEchoBlock(markers, self._listener_ngrams(items, prompts), protected=stops))
         # After the reply's blocks, so an opening they cut short still goes on; before the
         # penalty on generic openings and sampling, which choose among the openings.
         if lm.open_reply_by_goal and chain and lm.choose_chain_emotion and lm.choose_chain_goal:
@@ -901,6 +906,13 @@ class Empatheia(nn.Module, Responder):
                                              reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode),
                                              keys=keys))
         return processors
+
+    def _listener_ngrams(self, items: Sequence[Dialogue], prompts: Sequence[EncodedExample]) -> List[torch.Tensor]:
+        """One ``(K_b, n)`` tensor per dialogue: the ``language_model.no_repeat_listener_ngram_size``
+        -grams of the listener turns its prompt kept (:func:`~empatheia.logits_processors.turn_ngrams`)."""
+        n = self.config.language_model.no_repeat_listener_ngram_size
+        return [turn_ngrams(self.tokenizer, [t.text for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()], n)
+                for d, p in zip(items, prompts)]
 
     def _chain_goal_choice(self, emotion_marker: Sequence[int], label_firsts: Sequence[int],
                            items: Optional[Sequence[Dialogue]] = None) -> ChainGoalChoice:
