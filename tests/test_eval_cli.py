@@ -17,7 +17,7 @@ from empatheia.evaluation.cli import add_eval_parsers
 from empatheia.evaluation.model_runs import recover_predictions
 from empatheia.evaluation.records import references_from_dialogues
 from empatheia.evaluation.report import bar_chart_svg, heatmap_svg
-from empatheia.evaluation.scoring import ScoreOptions, score
+from empatheia.evaluation.scoring import ScoreOptions, score, score_files
 from empatheia.evaluation.text import distinct_n
 from empatheia.labels import LabelSets
 
@@ -240,7 +240,8 @@ def test_checkpoint_run_resumes_without_predicting_twice(tmp_path, capsys):
     references = read_jsonl(out / "references.jsonl")
     assert [r["id"] for r in references] == ED_IDS
     assert references[2] == {"id": "c2/1", "response": "Congratulations", "emotion": "happy", "emotion_label": "proud",
-                             "history": ["I won the science prize"], "age": None, "gender": None}
+                             "history": ["I won the science prize"], "history_roles": ["speaker"], "age": None,
+                             "gender": None}
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["count"] == 5 and metrics["run"]["resumed"] == 2 and metrics["run"]["generated"] == 3
     gold = [r["emotion"] for r in references]
@@ -286,7 +287,7 @@ def test_references_carry_the_speakers_age_and_gender(tmp_path):
     labels = LabelSets()
     (reference,) = references_from_dialogues(read_dataset(data, labels=labels).dialogues, labels)
     assert reference == {"id": "demo/1", "response": "I hope she comes back soon.", "emotion": "fear",
-                         "emotion_label": "worried", "history": ["My cat ran away."],
+                         "emotion_label": "worried", "history": ["My cat ran away."], "history_roles": ["speaker"],
                          "age": "middle-aged", "gender": "female",
                          # The avatar's: what the profile predictions are scored against.
                          "listener_profile": {"age": "elderly", "gender": "male", "timbre": "low"}}
@@ -355,3 +356,25 @@ def test_references_raw_labels_score_under_another_label_set():
     fine = score(predictions, references, ScoreOptions(labels=ed32, unknown_gold="skip"))
     # a: proud vs grateful (wrong); b: lonely (right).
     assert fine["chain_emotion_accuracy"] == pytest.approx(1 / 2) and fine["skipped_unknown_gold"] == 1
+
+
+def test_answers_that_repeat_the_listeners_earlier_words_are_counted_and_bad_roles_named(tmp_path):
+    predictions = [{"id": "a", "text": "I'm so sorry. How are you holding up?", "emotion": "sad"},
+                   {"id": "b", "text": "How are you doing now?", "emotion": "sad"},
+                   {"id": "c", "text": "How are you holding up?", "emotion": "sad"}]
+    history = ["I lost my job.", "That's awful. How are you holding up?", "Not great."]
+    references = [{"id": "a", "response": "x", "emotion": "sad", "history": history,
+                   "history_roles": ["speaker", "listener", "speaker"]},
+                  {"id": "b", "response": "x", "emotion": "sad", "history": history,
+                   "history_roles": ["speaker", "listener", "speaker"]},
+                  # The speaker said it: no echo of the listener, and no listener turn to count.
+                  {"id": "c", "response": "x", "emotion": "sad", "history": ["How are you holding up?"],
+                   "history_roles": ["speaker"]}]
+    metrics = score(predictions, references)
+    assert (metrics["listener_echo_count"], metrics["listener_echo_answers"]) == (1, 2)
+    assert metrics["listener_echo_share"] == 0.5
+    assert "listener_echo_share" not in score(predictions, [{k: v for k, v in r.items() if k != "history_roles"}
+                                                            for r in references])
+    bad = write_jsonl(tmp_path / "ref.jsonl", [dict(references[0], history_roles=["speaker"])])
+    with pytest.raises(DataError, match=r"ref.jsonl.*line 1.*history_roles.*1 roles for 3 history turns"):
+        score_files(write_jsonl(tmp_path / "pred.jsonl", predictions[:1]), bad)

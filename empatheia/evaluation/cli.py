@@ -179,6 +179,8 @@ def run_eval(args: argparse.Namespace) -> int:
     out = Path(args.out)
     summary_line: Dict[str, Any] = {k: metrics[k] for k in ("count", "emotion_accuracy", "dist_1", "dist_2",
                                                            "repeated_sentence_share")}
+    if "listener_echo_share" in metrics:
+        summary_line["listener_echo_share"] = metrics["listener_echo_share"]
     for block, key in (("speech", "wer_mean"), ("speech", "style_cosine_mean"), ("video", "cpbd_mean"),
                        ("video", "lip_sync_confidence_mean"), ("video", "facial_emotion_accuracy"),
                        ("video", "identity_consistency_mean"), ("video", "ssim_mean"), ("video", "style_cosine_mean")):

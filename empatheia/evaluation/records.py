@@ -26,7 +26,8 @@ References (JSONL, one gold response a line)
     ``id``, ``response`` (the gold response text), ``emotion`` (the gold emotion); optional
     ``emotion_label`` (the dataset's raw label before folding), ``age`` and ``gender``,
     ``history`` (the dialogue's utterances, a list of strings; needed only for the polarity
-    metrics), ``video`` (the gold response's talking-head clip, a path relative to the
+    metrics), ``history_roles`` (each utterance's role, ``speaker`` or ``listener``; needed
+    only for the listener-echo metric), ``video`` (the gold response's talking-head clip, a path relative to the
     references file's folder or absolute; needed only for SSIM), ``listener_profile``
     (attribute -> gold value of the answering avatar's profile, the dataset's listener:
     what the predictions' ``profile`` is scored against).
@@ -125,6 +126,7 @@ REFERENCE_FIELDS: Dict[str, Tuple[tuple, bool]] = {
     "age": ((str,), False),
     "gender": ((str,), False),
     "history": ((list,), False),
+    "history_roles": ((list,), False),
     "video": ((str,), False),
 }
 
@@ -164,6 +166,15 @@ def validate_record(record: Any, spec: FieldSpec, file: Optional[PathLike], wher
         for position, utterance in enumerate(history):
             if not isinstance(utterance, str):
                 raise DataError(f"should be a string, got {_type_name(type(utterance))}", file=file, record=where, field=f"history[{position}]")
+    roles = record.get("history_roles") if "history_roles" in spec else None
+    if roles is not None:
+        if history is None or len(roles) != len(history):
+            raise DataError(f"has {len(roles)} roles for {'no' if history is None else len(history)} history turns",
+                            file=file, record=where, field="history_roles")
+        for position, role in enumerate(roles):
+            if not isinstance(role, str):
+                raise DataError(f"should be a string, got {_type_name(type(role))}", file=file, record=where,
+                                field=f"history_roles[{position}]")
     for name in PROFILE_FIELDS:
         for attribute, value in ((record.get(name) if name in spec else None) or {}).items():
             if value is not None and not isinstance(value, str):
@@ -334,7 +345,8 @@ def group_value(value: Optional[str], attribute: str, labels: LabelSets) -> Opti
 def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: "LabelsLike",
                               file: Optional[PathLike] = None) -> List[Record]:
     """Reference records of dataset examples: ``id``, ``response``, ``emotion`` (the folded
-    class), ``emotion_label`` (the raw label), ``history`` (the turns' texts), the
+    class), ``emotion_label`` (the raw label), ``history`` (the turns' texts) and
+    ``history_roles`` (their roles), the
     :data:`PROFILE_ROLE`'s ``age`` and ``gender``, ``listener_profile`` (the listener's
     values of the label sets' profile attributes, when it has any) and ``video`` (the gold
     response's talking-head clip as an absolute path, so the references file can be
@@ -363,6 +375,7 @@ def references_from_dialogues(dialogues: Sequence["Dialogue"], labels: "LabelsLi
             "emotion": emotion_class(dialogue.emotion, labels),
             "emotion_label": dialogue.emotion,
             "history": [turn.text for turn in dialogue.turns],
+            "history_roles": [turn.role for turn in dialogue.turns],
         }
         for attribute in GROUP_FIELDS:
             value = profile.get(attribute)

@@ -38,7 +38,7 @@ REPORT_HTML = "report.html"
 
 _FONT = "font-family='Helvetica, Arial, sans-serif'"
 _BAR_COLOR = "#4C72B0"
-_FRACTIONS = ("emotion_accuracy", "emotion_macro_f1", "chain_emotion_accuracy", "chain_complete_share", "dist_1", "dist_2", "repeated_sentence_share", "bleu_1", "bleu_2", "bleu_3", "bleu_4")
+_FRACTIONS = ("emotion_accuracy", "emotion_macro_f1", "chain_emotion_accuracy", "chain_complete_share", "dist_1", "dist_2", "repeated_sentence_share", "listener_echo_share", "bleu_1", "bleu_2", "bleu_3", "bleu_4")
 _NAMES = {
     "count": "Scored responses",
     "emotion_accuracy": "Emotion accuracy (Acc)",
@@ -49,6 +49,9 @@ _NAMES = {
     "dist_2": "Dist-2",
     "repeated_sentence_share": "Answers that repeat a sentence",
     "repeated_sentence_count": "Answers that repeat a sentence (count)",
+    "listener_echo_share": "Answers that repeat the listener's earlier words",
+    "listener_echo_count": "Answers that repeat the listener's earlier words (count)",
+    "listener_echo_answers": "Answers after a listener turn",
 }
 
 

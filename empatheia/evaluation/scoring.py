@@ -120,6 +120,9 @@ def score(
     * ``count``: scored pairs; ``emotion_accuracy``, ``emotion_macro_f1``, ``dist_1``,
       ``dist_2``: fractions; ``repeated_sentence_share`` and ``repeated_sentence_count``:
       the answers that say one sentence twice (:func:`~empatheia.evaluation.text.repeated_sentences`);
+    * ``listener_echo_share``, ``listener_echo_count`` and ``listener_echo_answers``: when
+      references give ``history_roles``, the answers that repeat a run of words of an
+      earlier listener turn (:func:`~empatheia.evaluation.text.listener_echoes`);
     * ``chain_complete_share``: when any prediction has a ``chain_of_empathy`` field, the
       share of answers whose chain names all four steps (a ``null`` one names none);
     * ``chain_emotion_accuracy``: when any prediction has a ``chain_emotion`` field (a
@@ -204,6 +207,9 @@ def score(
         metrics["chain_emotion_accuracy"] = None if reason else sum(c == g for c, g in zip(chain, gold)) / len(gold)
         if reason:
             not_applicable["chain_emotion_accuracy"] = reason
+    if any(r.get("history_roles") is not None for _, r in pairs):
+        kept = [(p["text"], r["history"], r["history_roles"]) for p, r in pairs if r.get("history_roles") is not None]
+        metrics.update(text.listener_echoes([h for _, h, _ in kept], [w for _, _, w in kept], [t for t, _, _ in kept]))
     if any("chain_of_empathy" in p for p, _ in pairs):
         metrics["chain_complete_share"] = text.chain_complete_share([p.get("chain_of_empathy") for p, _ in pairs])
     metrics.update(_text_similarity(pairs, options, files))

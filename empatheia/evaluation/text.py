@@ -392,6 +392,36 @@ def repeated_sentences(responses: Sequence[str]) -> Dict[str, Optional[float]]:
     return {"repeated_sentence_share": count / len(responses) if responses else None, "repeated_sentence_count": count}
 
 
+LISTENER_ECHO_WORDS = 4
+"""The run of words an answer must share with an earlier listener turn to echo it."""
+
+
+def listener_echoes(histories: Sequence[Sequence[str]], roles: Sequence[Sequence[str]], responses: Sequence[str],
+                    n: int = LISTENER_ECHO_WORDS) -> Dict[str, Optional[float]]:
+    """How many answers repeat what the listener (the side that answers) already said in
+    the dialogue: a run of ``n`` words (:func:`tokenize`, punctuation left out) shared with
+    one of the listener's earlier turns. Only answers to a history with a listener turn
+    count. Returns ``listener_echo_share`` (echoing / counted answers; ``None`` when none
+    counts), ``listener_echo_count`` and ``listener_echo_answers`` (the answers counted).
+
+    Why: a model that answers each turn alone may answer a later turn with an earlier one
+    ("How are you holding up?" asked again once the speaker has said), which Dist-n rewards
+    rather than catches."""
+    def grams(text: str):
+        words = [t for t in tokenize(text) if not re.fullmatch(r"[^\w\s]", t)]
+        return set(_ngrams(words, n))
+
+    counted = echoed = 0
+    for history, role, response in zip(histories, roles, responses):
+        said = [turn for turn, who in zip(history, role) if who == "listener" and turn.strip()]
+        if not said:
+            continue
+        counted += 1
+        echoed += bool(grams(response) & set().union(*(grams(turn) for turn in said)))
+    return {"listener_echo_share": echoed / counted if counted else None, "listener_echo_count": echoed,
+            "listener_echo_answers": counted}
+
+
 # ---------------------------------------------------------------------------------------
 # 3. BLEU
 # ---------------------------------------------------------------------------------------
