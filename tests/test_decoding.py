@@ -23,7 +23,7 @@ from empatheia.logits_processors import (ChainEmotionChoice, ChainStepNgramBlock
                                          SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens,
                                          reply_lengths, reply_markers, reply_starts, sentence_token_classes,
                                          token_texts)
-from empatheia.prompts import PromptMode
+from empatheia.prompts import PromptMode, chain_is_complete
 from empatheia.serve.chat import Chat
 
 from .conftest import make_dialogue, shared_data
@@ -547,117 +547,87 @@ def _ed_dialogues(tmp_path, ids):
     return [found[i] for i in ids]
 
 
-def _looping_dialogues(tmp_path):
-    """Dialogues whose greedy answer on the shipped ``small`` weights repeats a sentence:
-    a held-out EmpatheticDialogues conversation (``empatheia data split``'s eval.jsonl
-    holds it) and two short pieces of good news."""
-    (lonely,) = _ed_dialogues(tmp_path, ["hit:596_conv:1193/1"])
-    return [lonely, Dialogue([Turn("speaker", "I just got engaged!")]),
-            Dialogue([Turn("speaker", "I finally graduated from college!")])]
-
-
 def _chain_part(response):
     """The generated text up to the reply: the chain as the template writes it."""
     text = response.generated_text
     return text[: text.lower().index("the response is:")]
 
 
+FREE = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "block_repeated_sentences": False,
+        "generic_reply_penalty": 0.0}
+"""Plain greedy decoding: no block, no penalty."""
+
+
 @torch.no_grad()
 def test_the_shipped_weights_stop_repeating_a_sentence_and_keep_the_chain(small_model, tmp_path):
-    dialogues = _looping_dialogues(tmp_path)
-    free = small_model.respond(dialogues, no_repeat_ngram_size=0, repetition_penalty=1.0, block_repeated_sentences=False,
-                               generic_reply_penalty=0.0)
-    # Plain greedy answers: "How about you? How about you?", "Congratulations! Congratulations! Congratulations!" (twice).
-    assert repeated_sentences([r.text for r in free])["repeated_sentence_count"] == 3, [r.text for r in free]
-    # 3-gram blocking alone ends the loop of three tokens; "Congratulations!" comes back after
-    # a space of its own, a 3-gram it never wrote, so only a 2-gram block or the sentence
-    # block (small's default, with the 3-gram block) end that one
-    # (docs/small_preset.md, Decoding and the chain's emotion).
-    # The reply drawn (seeded) over the same greedy chain repeats nothing either. Beside
-    # small's defaults, the settings leave the penalty on generic openings off: this test
-    # is about the blocks.
+    """A held-out dialogue whose plain greedy answer on the shipped weights says one
+    sentence twice ("I'm so sorry to hear that. I'm so sorry to hear that."; 1 of the first
+    160 held-out answers, docs/small_preset.md). `small`'s defaults, a drawn reply and each
+    block alone end the repeat; the chain is written as before."""
+    (dialogue,) = _ed_dialogues(tmp_path, ["hit:238_conv:476/1"])
+    free = small_model.respond(dialogue, **FREE)
+    assert free.text == "I'm so sorry to hear that. I'm so sorry to hear that.", free.text
     plain = {"generic_reply_penalty": 0.0}
-    off = {"block_repeated_sentences": False, **plain}
     drawn = {"do_sample": True, "sample_chain": False, "seed": 0, **plain}
-    for setting, repeats in (({}, 0), (drawn, 0), (off, 2), ({**off, "no_repeat_ngram_size": 2}, 0)):
-        controlled = small_model.respond(dialogues, **setting)
-        texts = [r.text for r in controlled]
-        assert repeated_sentences(texts)["repeated_sentence_count"] == repeats, (setting, texts)
-        assert not any("How about you? How about you?" in text for text in texts)
-        for before, after in zip(free, controlled):
-            # The chain, template and all, is written as before; only the reply changed.
-            assert after.chain.parsed and after.chain.speaker_emotion == before.chain.speaker_emotion
-            assert _chain_part(after) == _chain_part(before)
-            assert after.text and after.text != before.text
+    sentences_only = {**FREE, "block_repeated_sentences": True}
+    ngrams_only = {**plain, "block_repeated_sentences": False}
+    for setting in ({}, drawn, sentences_only, ngrams_only):
+        controlled = small_model.respond(dialogue, **setting)
+        assert repeated_sentences([controlled.text])["repeated_sentence_count"] == 0, (setting, controlled.text)
+        # The chain, template and all, is written as before; only the reply changed.
+        assert controlled.chain.parsed and controlled.chain.speaker_emotion == free.chain.speaker_emotion
+        assert _chain_part(controlled) == _chain_part(free)
+        assert controlled.text and controlled.text != free.text
 
 
 @torch.no_grad()
-def test_the_shipped_weights_leave_a_looping_chain_step_for_the_reply(small_model, tmp_path):
-    """A held-out dialogue whose chain's event step says one sentence over and over and
-    never reaches the reply under plain greedy decoding; the sentence block reaches into
-    the step, which ends, and the reply follows."""
-    (dialogue,) = _ed_dialogues(tmp_path, ["hit:6796_conv:13592/1"])
-    looping = small_model.respond(dialogue, block_repeated_sentences=False, no_repeat_ngram_size=0)
-    assert not looping.chain.parsed and repeated_sentences([looping.text])["repeated_sentence_count"] == 1
-    answered = small_model.respond(dialogue, no_repeat_ngram_size=0)
-    assert answered.chain.parsed and answered.chain.speaker_emotion and answered.text, answered.generated_text
-    answered = small_model.respond(dialogue)  # small's defaults: both blocks
-    assert answered.chain.parsed and answered.chain.speaker_emotion and answered.text, answered.generated_text
-    assert repeated_sentences([answered.text, answered.chain.event_scenario])["repeated_sentence_count"] == 0
-
-
-@torch.no_grad()
-def test_the_shipped_weights_end_a_chain_step_that_loops_inside_a_sentence(small_model, tmp_path):
-    """Two held-out dialogues whose event step loops word by word ("a big ol' tom tom tom
-    ...", "I am so sad, I am so sad, ...") and never ends a sentence, so the sentence block
-    cannot stop it: without n-gram blocking the answer is the raw chain, cut at the token
-    budget. The 3-gram block within each step (small's no_repeat_ngram_size) ends the
-    step, and the chain names its emotion and reaches the reply."""
-    dialogues = _ed_dialogues(tmp_path, ["hit:10984_conv:21969/1", "hit:11928_conv:23856/1"])
-    looping = small_model.respond(dialogues, no_repeat_ngram_size=0)
-    for answer, loop in zip(looping, ("tom tom tom tom", "I am so sad, I am so sad")):
-        assert not answer.chain.parsed and answer.chain.speaker_emotion is None, answer.generated_text
-        assert loop in answer.text, answer.text
-    answered = small_model.respond(dialogues)
-    for answer in answered:
-        assert answer.chain.parsed and answer.chain.speaker_emotion and answer.text, answer.generated_text
-        assert "the event scenario" not in answer.text.lower()
-        assert not _has_repeated_ngram(small_model.tokenizer(answer.chain.event_scenario)["input_ids"], 3)
+def test_the_shipped_four_step_chain_ends_the_steps_that_looped_in_the_two_step_core(small_model, tmp_path):
+    """Three held-out dialogues whose chain, in the two-step core shipped before, looped
+    and never reached the reply under plain greedy decoding (an event step that said one
+    sentence over and over, "a big ol' tom tom tom ...", "I am so sad, I am so sad, ...").
+    The four-step core, its template forced, ends every step and answers them without any
+    block; with `small`'s blocks the chain is the same."""
+    ids = ["hit:6796_conv:13592/1", "hit:10984_conv:21969/1", "hit:11928_conv:23856/1"]
+    dialogues = _ed_dialogues(tmp_path, ids)
+    free = small_model.respond(dialogues, **FREE)
+    blocked = small_model.respond(dialogues)
+    for before, after in zip(free, blocked):
+        assert before.chain.parsed and chain_is_complete(before.chain) and before.text, before.generated_text
+        assert "tom tom tom" not in before.generated_text and "I am so sad, I am so sad" not in before.generated_text
+        assert _chain_part(after) == _chain_part(before)
+        assert not _has_repeated_ngram(small_model.tokenizer(after.chain.event_scenario)["input_ids"], 3)
 
 
 @torch.no_grad()
 def test_the_shipped_chain_names_a_label_where_greedy_wrote_another_word(small_model, tmp_path):
-    """Two held-out dialogues whose greedy chain names a feeling that is no ED label
-    ('loyal', 'contented'); chosen among the labels, the chain writes the label the model
-    itself scores highest (faithful, content), and nothing before it changes."""
-    wanted = {"hit:10147_conv:20294/1": ("loyal", "faithful"), "hit:3121_conv:6242/3": ("contented", "content")}
-    dialogues = _ed_dialogues(tmp_path, list(wanted))
+    """A held-out dialogue whose freely decoded chain names a feeling that is no ED label
+    ('contented'); with `small`'s choice among the labels (read from the speaker's words)
+    the chain writes an ED label, the one it reports, and its event step does not change."""
+    (dialogue,) = _ed_dialogues(tmp_path, ["hit:3121_conv:6242/3"])
     settings = small_model.config.language_model
-    shipped = settings.choose_chain_emotion
+    shipped = settings.choose_chain_emotion, settings.chain_emotion_context
     try:
-        settings.choose_chain_emotion = False
-        free = small_model.respond(dialogues)
-        settings.choose_chain_emotion = True
-        chosen = small_model.respond(dialogues)
+        settings.choose_chain_emotion, settings.chain_emotion_context = False, "chain"
+        free = small_model.respond(dialogue)
     finally:
-        settings.choose_chain_emotion = shipped
-    for dialogue, before, after in zip(dialogues, free, chosen):
-        greedy, label = wanted[dialogue.id]
-        assert before.chain.speaker_emotion == greedy
-        assert after.chain.speaker_emotion == label == after.chain_emotion.label
-        assert after.chain.event_scenario == before.chain.event_scenario
+        settings.choose_chain_emotion, settings.chain_emotion_context = shipped
+    chosen = small_model.respond(dialogue)
+    assert free.chain.speaker_emotion == "contented" and "contented" not in settings.chain_emotions
+    assert chosen.chain.speaker_emotion in settings.chain_emotions
+    assert chosen.chain.speaker_emotion == chosen.chain_emotion.label
+    assert chosen.chain.event_scenario == free.chain.event_scenario
 
 
 @torch.no_grad()
 def test_the_shipped_chain_reads_the_emotion_with_the_text_readers(small_model, tmp_path):
     """Two held-out dialogues (a dog that died, a mother's cancer) whose chain the core alone
-    reads as devastated and terrified; fused with the shipped readers of the speaker's words
+    reads as sad and terrified; fused with the shipped readers of the speaker's words
     (bag-of-words and sentence) it names the gold labels, sad and devastated. The event step
-    before the choice is unchanged, and the reported distribution is the core's times the
-    readers', renormalised."""
+    is unchanged, and the reported distribution is the core's times the readers',
+    renormalised."""
     from empatheia.variants.readers import load_text_readers, small_readers_folder, speaker_text
 
-    wanted = {"hit:3810_conv:7621/1": ("devastated", "sad"), "hit:4165_conv:8331/1": ("terrified", "devastated")}
+    wanted = {"hit:3810_conv:7621/1": ("sad", "sad"), "hit:4165_conv:8331/1": ("terrified", "devastated")}
     dialogues = _ed_dialogues(tmp_path, list(wanted))
     assert [d.emotion for d in dialogues] == [wanted[d.id][1] for d in dialogues]
     settings = small_model.config.language_model

@@ -191,23 +191,31 @@ def test_respond_writes_english_without_special_tokens(small_model):
 
 def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_model):
     """What `make demo` shows: the trained weights in empatheia/weights/small answer the
-    first example (a speaker whose long project was cancelled) with a parsed Chain of
-    Empathy whose emotion is of the sad class, and an English reply without special or
-    signal tokens. `small`'s decoding is deterministic, so the answer is reproducible."""
+    first example (a speaker whose long project was cancelled) with a Chain of Empathy
+    that names all four steps, its emotion of the sad class and its goal one that fits it,
+    and an English reply without special or signal tokens. `small`'s decoding is
+    deterministic, so the answer is reproducible."""
     from empatheia.data import avamerg_dialogue
     from empatheia.labels import fold_emotion
     from empatheia.pretrained import shipped_weights
+    from empatheia.prompts import chain_is_complete
 
     assert shipped_weights("small") is not None
     examples = Path(__file__).resolve().parents[1] / "examples"
     conversation = json.loads((examples / "dialogues.json").read_text())[0]
     response = small_model.respond(avamerg_dialogue(conversation))
-    assert response.chain.parsed, response.generated_text
-    # The shipped weights read this event loosely ("I'm so disappointed. I'm not sure how to
-    # manage my time.", docs/small_preset.md): an English sentence, not the project itself.
+    assert response.chain.parsed and chain_is_complete(response.chain), response.generated_text
+    # The event told in the core's words ("The speaker was working on a project and was told
+    # that it was going to be cancelled.", docs/small_preset.md), not a copy of a turn.
     event = re.findall(r"[A-Za-z']+", response.chain.event_scenario or "")
     assert len(event) >= 4 and response.chain.event_scenario.isascii(), response.chain.event_scenario
+    assert response.chain.event_scenario not in [turn.text for turn in avamerg_dialogue(conversation).turns]
     assert fold_emotion(response.chain.speaker_emotion) == "sad", response.chain.speaker_emotion
+    # The goal is one the shipped table lets the chosen emotion have.
+    goals = small_model._goal_choices()
+    labels = small_model.config.language_model.chain_emotions
+    allowed = goals[2][labels.index(response.chain.speaker_emotion)]
+    assert response.chain.goal_to_response in [g for g, ok in zip(goals[4], allowed.tolist()) if ok]
     # The chain's weighing of ED's 32 labels agrees with what it wrote.
     weights = response.chain_emotion.probabilities
     assert set(weights) == set(small_model.config.language_model.chain_emotions)
@@ -234,10 +242,9 @@ def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small
 
 
 def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(small_model):
-    """The demo's first example with `small`'s decoding (the penalty on generic openings):
-    the answer consoles ("Don't worry. You can still manage."), which the head alone reads
-    as angry (0.71). Fused with the chain's *disappointed*, the voice and the face are sad,
-    and the answer's text is the same."""
+    """The demo's first example: the chain reads *disappointed*; fused with it, the voice
+    and the face are sad, surer than the Style Disentangler alone, and the answer's text is
+    the same."""
     from empatheia.data import avamerg_dialogue
     from empatheia.generators.avatar_renderer import AvatarRenderer
     from empatheia.labels import fold_emotion
@@ -259,7 +266,7 @@ def test_the_shipped_weights_style_a_consoling_answer_by_the_chains_emotion(smal
     finally:
         config.chain_emotion_prior_weight = weight
     assert alone.text == fused.text and alone.chain_emotion.label == fused.chain_emotion.label
-    assert alone.emotion.label != "sad", alone.emotion  # what the fusion corrects
+    assert alone.emotion.probabilities["sad"] < fused.emotion.probabilities["sad"], (alone.emotion, fused.emotion)
     # The page and the API say what chose the class.
     assert fused.emotion_source == FUSED_EMOTION_SOURCE and alone.emotion_source != FUSED_EMOTION_SOURCE
     assert "fused with the chain" in response_page(fused)
