@@ -227,6 +227,30 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     assert not [s for s in specials if s and s in response.generated_text], response.generated_text
 
 
+def test_the_listener_echo_block_on_the_demos_example(small_model):
+    """The shipped core answers the demo's example with the listener's own earlier question
+    ("Oh no. After all those late nights? What did they tell you?", docs/small_preset.md);
+    with `language_model.no_repeat_listener_ngram_size` 4 the answer repeats no 4 words of
+    the listener's turn, and the chain is written as before."""
+    from empatheia.data import avamerg_dialogue
+    from empatheia.evaluation.text import listener_echoes
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    dialogue = avamerg_dialogue(json.loads((examples / "dialogues.json").read_text())[0])
+    history, roles = [t.text for t in dialogue.turns], [t.role for t in dialogue.turns]
+    settings = small_model.config.language_model
+    assert settings.no_repeat_listener_ngram_size == 0
+    plain = small_model.respond(dialogue)
+    assert listener_echoes([history], [roles], [plain.text])["listener_echo_count"] == 1, plain.text
+    try:
+        settings.no_repeat_listener_ngram_size = 4
+        blocked = small_model.respond(dialogue)
+    finally:
+        settings.no_repeat_listener_ngram_size = 0
+    assert listener_echoes([history], [roles], [blocked.text])["listener_echo_count"] == 0, blocked.text
+    assert blocked.text and blocked.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
+
+
 def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small_model):
     """The Style Disentangler reads the dialogue: a bereavement and a celebration get
     different emotion classes and different speech and video styles."""
