@@ -141,8 +141,8 @@ def chain_is_complete(chain: Optional[ChainOfEmpathy]) -> bool:
 
 
 # A step label at the start of a line, after an ordinal or not ("Thirdly, "). Its colon may
-# be missing: the shipped small weights sometimes write "the emotion of the speaker is
-# surprised", which would otherwise end up inside the event step.
+# be missing: a core trained on few steps writes it so ("the emotion of the speaker is
+# surprised"), and it would otherwise end up inside the event step.
 _LABEL_PATTERN = re.compile(
     r"(?:^|\n)\s*(?:\w+,\s*)?(" + "|".join(re.escape(label) for _, label in CHAIN_STEPS) + "|" + re.escape(RESPONSE_LABEL) + r")\b\s*:?",
     re.IGNORECASE,

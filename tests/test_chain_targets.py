@@ -234,7 +234,7 @@ def test_complete_chain_returns_a_complete_chain_unchanged():
 
 
 # ---------------------------------------------------------------------- parsing
-# What the shipped small weights write today (greedy, examples/dialogues.json and ED).
+# What the two-step small weights shipped before wrote (greedy, examples/dialogues.json and ED).
 SHIPPED = [
     "Firstly, the event scenario of this conversation is: I got the letter. I got into the nursing program!\n"
     "Secondly, the emotion of the speaker is: excited\n"
