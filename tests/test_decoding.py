@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from empatheia import Dialogue, Empatheia, EmpatheiaConfig, Turn
+from empatheia import Empatheia, EmpatheiaConfig
 from empatheia.cli import main
 from empatheia.decoding import Decoding
 from empatheia.evaluation.text import repeated_sentences, sentences

@@ -53,15 +53,16 @@ def tiny():
 
 def test_turn_ngrams_hold_a_sentence_as_a_reply_spells_it_first_or_later(tiny):
     tokenizer = tiny.tokenizer
+
+    def trigrams(text):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        return {tuple(ids[i:i + 3]) for i in range(len(ids) - 2)}
+
     grams = {tuple(g) for g in turn_ngrams(tokenizer, ["That's awful. How are you holding up?"], 3).tolist()}
-    for reply in ("How are you holding up?", "Oh no. How are you holding up?"):
-        ids = tokenizer.encode(reply, add_special_tokens=False)
-        spelled = {tuple(ids[i:i + 3]) for i in range(len(ids) - 2)}
-        sentence = tokenizer.encode(" How are you holding up?", add_special_tokens=False)
-        opening = tokenizer.encode("How are you holding up?", add_special_tokens=False)
-        assert {tuple(sentence[i:i + 3]) for i in range(len(sentence) - 2)} <= grams
-        assert {tuple(opening[i:i + 3]) for i in range(len(opening) - 2)} <= grams
-        assert spelled & grams
+    # The turn's second sentence as a reply opens with it and as one after another sentence.
+    assert trigrams("How are you holding up?") <= grams
+    assert trigrams(" How are you holding up?") <= grams
+    assert trigrams("Oh no. How are you holding up?") & grams
     assert turn_ngrams(tokenizer, [], 3).shape == (0, 3)
     assert turn_ngrams(tokenizer, ["Hi"], 40).shape == (0, 40)
 

@@ -207,9 +207,10 @@ def score(
         metrics["chain_emotion_accuracy"] = None if reason else sum(c == g for c, g in zip(chain, gold)) / len(gold)
         if reason:
             not_applicable["chain_emotion_accuracy"] = reason
-    if any(r.get("history_roles") is not None for _, r in pairs):
-        kept = [(p["text"], r["history"], r["history_roles"]) for p, r in pairs if r.get("history_roles") is not None]
-        metrics.update(text.listener_echoes([h for _, h, _ in kept], [w for _, _, w in kept], [t for t, _, _ in kept]))
+    with_roles = [(p, r) for p, r in pairs if r.get("history_roles") is not None]
+    if with_roles:
+        metrics.update(text.listener_echoes([r["history"] for _, r in with_roles], [r["history_roles"] for _, r in with_roles],
+                                            [p["text"] for p, _ in with_roles]))
     if any("chain_of_empathy" in p for p, _ in pairs):
         metrics["chain_complete_share"] = text.chain_complete_share([p.get("chain_of_empathy") for p, _ in pairs])
     metrics.update(_text_similarity(pairs, options, files))

@@ -363,6 +363,11 @@ def distinct(
 _SENTENCE_END = re.compile(r"[.!?\u2026]+(?=\s|$)|\n+")
 
 
+def _words(text: str) -> List[str]:
+    """The words of ``text`` (:func:`tokenize`, lower case), punctuation left out."""
+    return [t for t in tokenize(text) if not re.fullmatch(r"[^\w\s]", t)]
+
+
 def sentences(text: str) -> List[str]:
     """The sentences of ``text``, each normalised: its words (:func:`tokenize`, lower
     case) without punctuation, joined by single spaces; empty ones left out.
@@ -370,7 +375,7 @@ def sentences(text: str) -> List[str]:
     """
     out = []
     for part in _SENTENCE_END.split(text):
-        words = [t for t in tokenize(part) if not re.fullmatch(r"[^\w\s]", t)]
+        words = _words(part)
         if words:
             out.append(" ".join(words))
     return out
@@ -408,8 +413,7 @@ def listener_echoes(histories: Sequence[Sequence[str]], roles: Sequence[Sequence
     ("How are you holding up?" asked again once the speaker has said), which Dist-n rewards
     rather than catches."""
     def grams(text: str):
-        words = [t for t in tokenize(text) if not re.fullmatch(r"[^\w\s]", t)]
-        return set(_ngrams(words, n))
+        return set(_ngrams(_words(text), n))
 
     counted = echoed = 0
     for history, role, response in zip(histories, roles, responses):
