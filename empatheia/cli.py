@@ -41,6 +41,7 @@ from .chain_targets import GOAL_ACT_SHARE
 from .config_loader import ConfigError, add_set_argument, preset_names
 from .decoding import add_decoding_arguments, decoding_from_args
 from .errors import DataError
+from .evaluation.text import LISTENER_ECHO_WORDS
 from .variants import SYSTEMS
 from .loading import WritingProgress, check_device, load_labels, load_system, model_overrides, progress, system_arguments
 
@@ -264,6 +265,18 @@ def data_distill(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(json.dumps({"file": str(report.path), "examples": report.examples, "written": report.written,
                       "kept_reference": len(report.kept_reference), "not_held": len(report.not_held)}))
+    return 0
+
+
+def data_drop_echoes(args: argparse.Namespace) -> int:
+    from .data.distill import drop_listener_echoes
+
+    try:
+        report = drop_listener_echoes(args.file, args.out, args.words)
+    except (DataError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}")
+    print(json.dumps({"file": str(report.path), "kept": report.kept, "dropped": len(report.dropped),
+                      "with_listener_turn": report.with_listener_turn, "dropped_ids": report.dropped}))
     return 0
 
 
@@ -606,6 +619,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=16)
     model_arguments(p)
     p.set_defaults(run=data_distill)
+
+    p = data.add_parser("drop-echoes", help="copy an EmpatheticDialogues responses file without the lines whose "
+                                            "response repeats words of an earlier listener turn (e.g. distilled "
+                                            "targets)")
+    p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues responses JSONL")
+    p.add_argument("--out", type=Path, required=True, metavar="OUT.jsonl")
+    p.add_argument("--words", type=positive_int, default=LISTENER_ECHO_WORDS,
+                   help="the run of words shared with a listener turn that makes a line an echo")
+    p.set_defaults(run=data_drop_echoes)
 
     p = data.add_parser("goal-acts", help="fit which acts of a reply fit each emotion, from what a dataset's "
                                           "listeners did (language_model.chain_goal_acts)")

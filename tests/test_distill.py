@@ -1,5 +1,6 @@
 """empatheia.data.distill: a model's replies, its chain held to the data's emotion, as
-targets; ``empatheia data distill``; the recipe's ``--stage1-data``."""
+targets; ``empatheia data distill``; the targets without the replies that echo the
+listener (``empatheia data drop-echoes``); the recipe's ``--stage1-data``."""
 
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch
 
 from empatheia import Empatheia
 from empatheia.config import EmpatheiaConfig
-from empatheia.data.distill import distill_examples, distill_replies
+from empatheia.data.distill import distill_examples, distill_replies, drop_listener_echoes
 from empatheia.data.readers import read_dataset
 from empatheia.errors import DataError
 from empatheia.logits_processors import emotion_step_tokens
@@ -157,6 +158,52 @@ def test_the_distill_command_writes_limit_lines_and_reports_them(tmp_path, capsy
     assert len(out.read_text().splitlines()) == 2
     with pytest.raises(SystemExit, match=r"error: .*nothing\.jsonl"):
         main(["data", "distill", str(tmp_path / "nothing.jsonl"), "--out", str(out), "--preset", "tiny"])
+
+
+RESPONSE_LINES = [
+    # A first turn: no listener turn to echo.
+    {"conv_id": "hit:1_conv:1", "context": ["I won the raffle today!"], "response": "No way, congratulations!",
+     "emotion": "joyful", "situation": "I won a prize."},
+    # Asks again what the listener asked one turn before ("were you close to her").
+    {"conv_id": "hit:2_conv:4", "context": ["My grandmother died.", "I am so sorry. Were you close to her?",
+                                            "We were."], "response": "Oh no. Were you close to her?",
+     "emotion": "devastated", "situation": "My grandmother passed away."},
+    # Shares three words with the listener's turn, not four.
+    {"conv_id": "hit:3_conv:6", "context": ["I lost my keys.", "Oh no, where did you last see them?",
+                                            "At the gym, I think."], "response": "Where did you go after the gym?",
+     "emotion": "sad", "situation": "Keys lost."},
+]
+
+
+def test_drop_echoes_leaves_out_the_replies_that_repeat_the_listener_and_copies_the_rest(tmp_path):
+    source = tmp_path / "distilled.jsonl"
+    # Keys in another order and unicode kept as written: the kept lines are copied as they are.
+    raw = [json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in RESPONSE_LINES]
+    source.write_text("".join(raw) + "\n", encoding="utf-8")
+    report = drop_listener_echoes(source, tmp_path / "kept.jsonl")
+    assert (report.kept, report.dropped, report.with_listener_turn) == (2, ["hit:2_conv:4/3"], 2)
+    assert (tmp_path / "kept.jsonl").read_text(encoding="utf-8") == raw[0] + raw[2]
+    # Three shared words echo when the run is three.
+    assert drop_listener_echoes(source, tmp_path / "kept3.jsonl", words=3).dropped == ["hit:2_conv:4/3", "hit:3_conv:6/3"]
+
+
+def test_drop_echoes_names_what_it_cannot_filter(tmp_path, capsys):
+    from empatheia.cli import main
+
+    source = _write(tmp_path / "distilled.jsonl", RESPONSE_LINES)
+    with pytest.raises(DataError, match="is also the input"):
+        drop_listener_echoes(source, source)
+    conversations = _write(tmp_path / "ed.jsonl", CONVERSATIONS)
+    with pytest.raises(DataError, match="is ed-conversations; only ed-responses lines"):
+        drop_listener_echoes(conversations, tmp_path / "out.jsonl")
+    bad = _write(tmp_path / "bad.jsonl", [RESPONSE_LINES[0], {**RESPONSE_LINES[1], "context": "not a list"}])
+    with pytest.raises(SystemExit, match=r"error: .*bad\.jsonl.*context"):
+        main(["data", "drop-echoes", str(bad), "--out", str(tmp_path / "out.jsonl")])
+    assert not (tmp_path / "out.jsonl").exists()
+    main(["data", "drop-echoes", str(source), "--out", str(tmp_path / "out.jsonl")])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary == {"file": str(tmp_path / "out.jsonl"), "kept": 2, "dropped": 1, "with_listener_turn": 2,
+                       "dropped_ids": ["hit:2_conv:4/3"]}
 
 
 def test_the_recipe_trains_stage_1_on_the_given_file(tmp_path, monkeypatch):

@@ -9,6 +9,9 @@ goal step is read from the reply, a goal that the teacher's reply follows is one
 dialogue decides, which a human listener's choice is not (docs/small_preset.md).
 
 The output is written a line at a time, so a stopped run resumes where it stopped.
+``empatheia data drop-echoes`` then leaves out the lines whose reply says again what the
+listener already said (:func:`drop_listener_echoes`): a student copies such replies more
+often than its teacher wrote them (docs/small_preset.md).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from tqdm.auto import tqdm
 
 from ..dialogue import Dialogue
 from ..errors import DataError
+from ..evaluation.text import LISTENER_ECHO_WORDS, echoes_listener
+from ..io import atomic_path
 from ..labels import normalize_label
 from ..prompts import CHAIN_STEPS, PromptMode, parse_chain
 from .readers import read_dataset
@@ -154,4 +159,47 @@ def distill_replies(
                          kept_reference=kept, not_held=not_held)
 
 
-__all__: Sequence[str] = ("DistillReport", "distill_examples", "distill_replies")
+@dataclass
+class EchoFilterReport:
+    """What :func:`drop_listener_echoes` wrote."""
+
+    path: Path
+    kept: int
+    dropped: List[str]
+    """Ids of the lines left out, in the file's order."""
+    with_listener_turn: int
+    """Lines whose context has a listener turn (the only ones that can echo)."""
+
+
+def drop_listener_echoes(source: PathLike, out: PathLike, words: int = LISTENER_ECHO_WORDS) -> EchoFilterReport:
+    """Copy the ``ed-responses`` file ``source`` to ``out`` without the lines whose
+    ``response`` shares a run of ``words`` words with one of the listener's turns of its
+    ``context`` (:func:`~empatheia.evaluation.text.echoes_listener`, the measure
+    ``empatheia eval`` reports as ``listener_echo_share``). The kept lines are copied
+    byte for byte, in order; ``out`` is written whole or not at all."""
+    source, out = Path(source), Path(out)
+    if out.resolve() == source.resolve():
+        raise DataError("is also the input: write the filtered lines to another file", file=out)
+    corpus = read_dataset(source)  # checks every line, naming the one that is bad
+    if corpus.format != "ed-responses":
+        raise DataError(f"is {corpus.format}; only ed-responses lines (a context and its response) are filtered",
+                        file=source)
+    lines = [line for line in source.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
+    if len(lines) != len(corpus.dialogues):
+        raise DataError(f"has {len(lines)} lines but {len(corpus.dialogues)} examples", file=source)
+    kept, dropped, with_listener = [], [], 0
+    for line, dialogue in zip(lines, corpus.dialogues):
+        echo = echoes_listener([t.text for t in dialogue.turns], [t.role for t in dialogue.turns],
+                               dialogue.response or "", words)
+        with_listener += echo is not None
+        if echo:
+            dropped.append(dialogue.id)
+        else:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    with atomic_path(out) as partial:
+        partial.write_text("".join(kept), encoding="utf-8")
+    return EchoFilterReport(path=out, kept=len(kept), dropped=dropped, with_listener_turn=with_listener)
+
+
+__all__: Sequence[str] = ("DistillReport", "EchoFilterReport", "distill_examples", "distill_replies",
+                          "drop_listener_echoes")

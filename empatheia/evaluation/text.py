@@ -66,8 +66,10 @@ __all__ = [
     "corpus_bleu",
     "distinct",
     "distinct_n",
+    "echoes_listener",
     "emotion_labels",
     "emotion_report",
+    "listener_echoes",
     "packaged_minilm_dir",
     "polarity_scores",
     "repeated_sentences",
@@ -401,29 +403,32 @@ LISTENER_ECHO_WORDS = 4
 """The run of words an answer must share with an earlier listener turn to echo it."""
 
 
+def echoes_listener(history: Sequence[str], roles: Sequence[str], response: str, n: int = LISTENER_ECHO_WORDS) -> Optional[bool]:
+    """Whether ``response`` shares a run of ``n`` words (:func:`tokenize`, punctuation left
+    out) with one of the listener's turns in ``history`` (``roles`` the turns' sides);
+    ``None`` when the history has no listener turn, so there is nothing to echo."""
+    said = [turn for turn, who in zip(history, roles) if who == "listener" and turn.strip()]
+    if not said:
+        return None
+    spoken = set().union(*(_ngrams(_words(turn), n) for turn in said))
+    return not spoken.isdisjoint(_ngrams(_words(response), n))
+
+
 def listener_echoes(histories: Sequence[Sequence[str]], roles: Sequence[Sequence[str]], responses: Sequence[str],
                     n: int = LISTENER_ECHO_WORDS) -> Dict[str, Optional[float]]:
     """How many answers repeat what the listener (the side that answers) already said in
-    the dialogue: a run of ``n`` words (:func:`tokenize`, punctuation left out) shared with
-    one of the listener's earlier turns. Only answers to a history with a listener turn
+    the dialogue (:func:`echoes_listener`). Only answers to a history with a listener turn
     count. Returns ``listener_echo_share`` (echoing / counted answers; ``None`` when none
     counts), ``listener_echo_count`` and ``listener_echo_answers`` (the answers counted).
 
     Why: a model that answers each turn alone may answer a later turn with an earlier one
     ("How are you holding up?" asked again once the speaker has said), which Dist-n rewards
     rather than catches."""
-    def grams(text: str):
-        return set(_ngrams(_words(text), n))
-
-    counted = echoed = 0
-    for history, role, response in zip(histories, roles, responses):
-        said = [turn for turn, who in zip(history, role) if who == "listener" and turn.strip()]
-        if not said:
-            continue
-        counted += 1
-        echoed += bool(grams(response) & set().union(*(grams(turn) for turn in said)))
-    return {"listener_echo_share": echoed / counted if counted else None, "listener_echo_count": echoed,
-            "listener_echo_answers": counted}
+    verdicts = [echoes_listener(h, r, response, n) for h, r, response in zip(histories, roles, responses)]
+    counted = [v for v in verdicts if v is not None]
+    echoed = sum(counted)
+    return {"listener_echo_share": echoed / len(counted) if counted else None, "listener_echo_count": echoed,
+            "listener_echo_answers": len(counted)}
 
 
 # ---------------------------------------------------------------------------------------
