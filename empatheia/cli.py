@@ -41,7 +41,6 @@ from .chain_targets import GOAL_ACT_SHARE
 from .config_loader import ConfigError, add_set_argument, preset_names
 from .decoding import add_decoding_arguments, decoding_from_args
 from .errors import DataError
-from .evaluation.text import LISTENER_ECHO_WORDS
 from .variants import SYSTEMS
 from .loading import WritingProgress, check_device, load_labels, load_system, model_overrides, progress, system_arguments
 
@@ -272,7 +271,7 @@ def data_drop_echoes(args: argparse.Namespace) -> int:
     from .data.distill import drop_listener_echoes
 
     try:
-        report = drop_listener_echoes(args.file, args.out, args.words)
+        report = drop_listener_echoes(args.file, args.out, **({"words": args.words} if args.words else {}))
     except (DataError, FileNotFoundError) as error:
         raise SystemExit(f"error: {error}")
     print(json.dumps({"file": str(report.path), "kept": report.kept, "dropped": len(report.dropped),
@@ -625,8 +624,9 @@ def build_parser() -> argparse.ArgumentParser:
                                             "targets)")
     p.add_argument("file", type=Path, metavar="FILE", help="EmpatheticDialogues responses JSONL")
     p.add_argument("--out", type=Path, required=True, metavar="OUT.jsonl")
-    p.add_argument("--words", type=positive_int, default=LISTENER_ECHO_WORDS,
-                   help="the run of words shared with a listener turn that makes a line an echo")
+    p.add_argument("--words", type=positive_int,
+                   help="the run of words shared with a listener turn that makes a line an echo (default: the run "
+                        "`empatheia eval` counts in listener_echo_share)")
     p.set_defaults(run=data_drop_echoes)
 
     p = data.add_parser("goal-acts", help="fit which acts of a reply fit each emotion, from what a dataset's "

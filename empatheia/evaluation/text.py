@@ -403,7 +403,8 @@ LISTENER_ECHO_WORDS = 4
 """The run of words an answer must share with an earlier listener turn to echo it."""
 
 
-def echoes_listener(history: Sequence[str], roles: Sequence[str], response: str, n: int = LISTENER_ECHO_WORDS) -> Optional[bool]:
+def echoes_listener(history: Sequence[str], roles: Sequence[str], response: str,
+                    n: int = LISTENER_ECHO_WORDS) -> Optional[bool]:
     """Whether ``response`` shares a run of ``n`` words (:func:`tokenize`, punctuation left
     out) with one of the listener's turns in ``history`` (``roles`` the turns' sides);
     ``None`` when the history has no listener turn, so there is nothing to echo."""
