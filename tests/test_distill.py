@@ -163,7 +163,7 @@ def test_the_distill_command_writes_limit_lines_and_reports_them(tmp_path, capsy
 RESPONSE_LINES = [
     # A first turn: no listener turn to echo.
     {"conv_id": "hit:1_conv:1", "context": ["I won the raffle today!"], "response": "No way, congratulations!",
-     "emotion": "joyful", "situation": "I won a prize."},
+     "emotion": "joyful", "situation": "I won a prize at the café."},
     # Asks again what the listener asked one turn before ("were you close to her").
     {"conv_id": "hit:2_conv:4", "context": ["My grandmother died.", "I am so sorry. Were you close to her?",
                                             "We were."], "response": "Oh no. Were you close to her?",
