@@ -463,6 +463,19 @@ class LossConfig:
     one step the dialogue does not spell out, and about 8 target tokens of 100; trained by
     L_emp alone for 200 steps, the ``small`` core never wrote a goal it was shown
     (docs/small_preset.md)."""
+    listener_echo_weight: float = 0.0
+    """Weight of ``loss_listener_echo``, added to L_emp in stage 1: the unlikelihood of
+    the listener's last turn written again as the reply (:meth:`Empatheia.listener_echo_loss`).
+    0 trains eq. 8 as the paper writes it. A small core answering a later turn copies the
+    line just above the speaker's last one, its own earlier words, which no human listener
+    does (docs/small_preset.md, Answers that repeat the listener's earlier words); token
+    NLL on replies that do not copy never says that copying is wrong."""
+
+    def __post_init__(self):
+        for name in ("alpha", "beta", "kl_weight", "chain_emotion_weight", "chain_goal_weight", "listener_echo_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"loss.{name} must be a finite number of 0 or more, got {value!r}")
 
 
 @dataclass

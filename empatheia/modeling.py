@@ -456,7 +456,9 @@ class Empatheia(nn.Module, Responder):
         Returns ``loss`` and: stage 1 ``loss_emp`` (mean token NLL of the target, eq. 8)
         and, with ``loss.chain_emotion_weight`` > 0, ``loss_chain_emotion`` (see
         :meth:`chain_emotion_loss`; stage 4 too), added with that weight, and likewise
-        ``loss_chain_goal`` (:meth:`chain_goal_loss`) with ``loss.chain_goal_weight``;
+        ``loss_chain_goal`` (:meth:`chain_goal_loss`) with ``loss.chain_goal_weight`` and
+        (stage 1 alone) ``loss_listener_echo`` (:meth:`listener_echo_loss`, from the
+        batch's ``echo_*`` keys) with ``loss.listener_echo_weight``;
         stage 2 ``loss_ccl`` (eq. 9) with its speech/video parts and ``kl_content``;
         stage 3 ``loss_sac = loss_sal + loss_cls`` (eqs. 10-12) with their parts and
         ``kl_style``; stage 4 all of them, ``loss = emp + α ccl + β sac`` (eq. 13), and
@@ -483,6 +485,9 @@ class Empatheia(nn.Module, Responder):
                 terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
             if self.config.loss.chain_goal_weight:
                 terms["loss_chain_goal"] = self.chain_goal_loss(hidden, batch["labels"], batch["goal_mask"])
+            if self.config.loss.listener_echo_weight and any(t.name == "listener_echo" for t in stage.terms):
+                terms["loss_listener_echo"] = self.listener_echo_loss(batch) if "echo_input_ids" in batch \
+                    else hidden.sum() * 0.0
         if stage.computes(CCL):
             speech_lengths = batch["speech_content_mask"].sum(1)
             video_lengths = batch["video_content_mask"].sum(1)
@@ -562,6 +567,25 @@ class Empatheia(nn.Module, Responder):
             return hidden.sum() * 0.0
         logits = self._hf_model().get_output_embeddings()(hidden[:, :-1][targets])
         return F.cross_entropy(logits.float(), labels[:, 1:][targets])
+
+    def listener_echo_loss(self, batch: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Unlikelihood of the listener's echo: the mean of ``-log(1 - p)`` over the tokens
+        marked in ``batch["echo_labels"]`` ``(B_e, L_e)``, each ``p`` the probability the
+        model gives it after ``batch["echo_input_ids"]`` (the prompt and chain, then the
+        listener's last turn written as the reply;
+        :meth:`~empatheia.processing.EmpatheiaProcessor.listener_echo_example`). The term
+        is near 0 where the copy is unlikely already and grows without bound as it becomes
+        certain, so it acts on the confident copies (Welleck et al., 2020), and it leaves
+        every other continuation to L_emp."""
+        hidden = self.hidden_states({"input_ids": batch["echo_input_ids"], "attention_mask": batch["echo_attention_mask"]})
+        targets = batch["echo_labels"][:, 1:]
+        mask = targets != IGNORE_INDEX
+        if not bool(mask.any()):
+            return hidden.sum() * 0.0
+        logits = self._hf_model().get_output_embeddings()(hidden[:, :-1][mask]).float()
+        likely = logits.log_softmax(-1).gather(1, targets[mask].unsqueeze(1)).squeeze(1).exp()
+        # Clamped so that a certain copy gives a large, finite loss rather than inf.
+        return -torch.log1p(-likely.clamp(max=1.0 - 1e-6)).mean()
 
     def content_losses(self, content: ContentOutput, batch: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         """Eq. 9: each modality's squared distance, summed over features, averaged over

@@ -115,6 +115,13 @@ class MediaItem:
     """The file's content key in a :class:`~empatheia.data.cache.MediaFeatureCache`."""
 
 
+ECHO_FREE_WORDS = 3
+"""The listener's echo (:meth:`EmpatheiaProcessor.listener_echo_example`) is pushed against
+from its fourth word: an opening shared with the listener's line ("That's so sad") is no
+echo, a run of four words is one (what ``listener_echo_share`` counts). Pushed against from
+its first word, the ``small`` core learnt to open almost every reply with "That's"."""
+
+
 class EmpatheiaProcessor:
     """Turns :class:`Dialogue` objects into the tensors :class:`Empatheia` reads.
 
@@ -295,6 +302,41 @@ class EmpatheiaProcessor:
             audio=audio,
             video=video,
         )
+
+    def listener_echo_example(self, dialogue: Dialogue, encoded: EncodedExample, mode: PromptMode) -> Optional[EncodedExample]:
+        """The negative beside a training example ``encoded`` of the TEXT layout: the same
+        prompt (its kept turns) and chain, then the listener's last kept turn written again
+        as the reply. Its ``labels`` mark the copy's tokens from its
+        ``ECHO_FREE_WORDS + 1``-th word on, and not before the first token where it departs
+        from the target's reply: up to there it is the target, which the unlikelihood must
+        not push against. ``None`` when the kept turns have no listener turn or nothing of
+        the copy is marked."""
+        if mode is not PromptMode.TEXT:
+            raise ValueError(f"the listener's echo is written beside text prompts, not {mode.value} ones")
+        said = [t.text.strip() for t in dialogue.turns[encoded.first_turn:] if t.role == "listener" and t.text.strip()]
+        words = said[-1].split() if said else []
+        if len(words) <= ECHO_FREE_WORDS:
+            return None
+
+        def reply_ids(text: str) -> Tuple[EncodedExample, torch.Tensor]:
+            example = self.encode(dialogue, mode, Target(response=text, chain=dialogue.chain, eos=False),
+                                  first_turn=encoded.first_turn, load_media=False)
+            return example, example.input_ids[example.response_mask]
+
+        copy, copy_reply = reply_ids(said[-1])
+        # A byte-level tokenizer starts each word with its space, so the opening words'
+        # tokens are the copy's first ones.
+        opening = len(reply_ids(" ".join(words[:ECHO_FREE_WORDS]))[1])
+        target_reply = encoded.input_ids[encoded.response_mask]
+        shared = min(len(target_reply), len(copy_reply))
+        differs = (target_reply[:shared] != copy_reply[:shared]).nonzero()
+        departs = max(int(differs[0]) if len(differs) else shared, opening)
+        if departs >= len(copy_reply):
+            return None
+        positions = copy.response_mask.nonzero().squeeze(1)[departs:]
+        labels = torch.full_like(copy.labels, IGNORE_INDEX)
+        labels[positions] = copy.input_ids[positions]
+        return replace(copy, labels=labels)
 
     def turn_media(
         self,

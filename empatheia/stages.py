@@ -106,6 +106,9 @@ class Term:
 # chain_goal_weight; docs/model.md).
 _CHAIN_EMOTION = Term("chain_emotion", ("loss_chain_emotion",), "chain_emotion_weight", optional=True)
 _CHAIN_GOAL = Term("chain_goal", ("loss_chain_goal",), "chain_goal_weight", optional=True)
+# Stage 1 only (LossConfig.listener_echo_weight): its examples carry, beside the target,
+# the listener's last turn written as the reply (StageDataset).
+_LISTENER_ECHO = Term("listener_echo", ("loss_listener_echo",), "listener_echo_weight", optional=True)
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ STAGES: Dict[int, Stage] = {
     stage.number: stage
     for stage in (
         Stage(1, "stage1_coe", "Chain-of-Empathy learning (§5.1)", ("lora", "signal_rows"), PromptMode.TEXT, (EMP,),
-              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION, _CHAIN_GOAL)),
+              (Term("emp", ("loss_emp",)), _CHAIN_EMOTION, _CHAIN_GOAL, _LISTENER_ECHO)),
         Stage(2, "stage2_ccl", "content consistency learning (§5.2)", ("content_synchronizer",), PromptMode.TEXT, (CCL,),
               (Term("ccl", ("loss_ccl",)), Term("kl", ("kl_content",), "kl_weight"))),
         # The projectors train from stage 3, the first whose prompts carry speech and video;

@@ -321,3 +321,92 @@ def test_frozen_encoders_keep_fp32_under_cpu_autocast(model):
         assert autocast.dtype == torch.float32, name
         torch.testing.assert_close(autocast, plain, rtol=0, atol=0)
     assert set(features) == {"speech_encoder", "video_encoder"}
+
+
+def test_listener_echo_term_is_the_unlikelihood_of_the_copy_past_its_opening_and_the_target():
+    import dataclasses
+
+    from empatheia import Empatheia
+    from empatheia.config import EmpatheiaConfig
+    from empatheia.data.dataset import StageDataset
+    from empatheia.prompts import PromptMode
+
+    model = Empatheia(EmpatheiaConfig.from_preset("tiny", {"loss.listener_echo_weight": 0.5})).eval()
+    with_listener, alone = make_dialogue(3, audio=False, video=False), make_dialogue(1, audio=False, video=False, seed=1)
+    # The listener said "That's wonderful! How does it feel?". Its first three words are
+    # no echo and are never pushed against; nor is what the target itself says.
+    with_listener = dataclasses.replace(with_listener, response="That's a big step, and quiet nights get easier.")
+    dataset = StageDataset([with_listener, alone], model.processor, 1)
+    examples = [dataset[0], dataset[1]]
+    assert examples[1].listener_echo is None  # no listener turn: nothing to echo
+    echo = examples[0].listener_echo
+
+    def marked(example):
+        return model.tokenizer.decode(example.input_ids[example.labels != -100]).strip()
+
+    assert model.tokenizer.decode(echo.input_ids[echo.response_mask]).strip() == "That's wonderful! How does it feel?"
+    assert marked(echo) == "does it feel?"
+    same_start = dataclasses.replace(with_listener, response="That's wonderful! How does it go?")
+    assert marked(StageDataset([same_start], model.processor, 1)[0].listener_echo) == "feel?"
+    short = dataclasses.replace(with_listener, turns=[*with_listener.turns[:1], dataclasses.replace(
+        with_listener.turns[1], text="Oh, how awful."), with_listener.turns[2]])
+    assert StageDataset([short], model.processor, 1)[0].listener_echo is None  # three words: no run of four
+    with pytest.raises(ValueError, match="text prompts, not full ones"):
+        model.processor.listener_echo_example(with_listener, examples[0].encoded, PromptMode.FULL)
+    # Same prompt and chain as the target, up to the reply.
+    start = int(echo.response_mask.nonzero()[0])
+    assert torch.equal(echo.input_ids[:start], examples[0].encoded.input_ids[:start])
+
+    batch = dataset.collator()(examples)
+    assert batch["echo_input_ids"].shape[0] == 1
+    with torch.no_grad():
+        out = model(batch, stage=1)
+        logits = model._hf_model()(input_ids=batch["echo_input_ids"]).logits[0]
+    cols = (batch["echo_labels"][0] != -100).nonzero().squeeze(1)
+    p = logits[cols - 1].float().softmax(-1).gather(1, batch["echo_input_ids"][0, cols].unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(out["loss_listener_echo"], -torch.log1p(-p).mean(), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out["loss"], out["loss_emp"] + 0.5 * out["loss_listener_echo"])
+    # A batch without a listener turn: 0, not a missing key; off by default.
+    lone = dataset.collator()([examples[1]])
+    assert "echo_input_ids" not in lone and model(lone, stage=1)["loss_listener_echo"] == 0
+    plain = Empatheia(EmpatheiaConfig.from_preset("tiny")).eval()
+    assert "loss_listener_echo" not in plain(batch, stage=1)
+    assert StageDataset([with_listener], plain.processor, 1)[0].listener_echo is None
+
+
+def test_training_on_the_listener_echo_term_makes_the_copy_less_likely():
+    from empatheia import Empatheia
+    from empatheia.config import EmpatheiaConfig
+    from empatheia.data.dataset import StageDataset
+
+    def trained(weight: float) -> float:
+        """The copy's unlikelihood after 8 steps from the same start, with the term at ``weight``."""
+        torch.manual_seed(0)
+        model = Empatheia(EmpatheiaConfig.from_preset("tiny", {"loss.listener_echo_weight": 1.0}))
+        with torch.no_grad():  # LoRA's B starts at 0, which would leave its A without a gradient
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(std=0.02)
+        model.set_stage(1)
+        dataset = StageDataset([make_dialogue(3, audio=False, video=False)], model.processor, 1)
+        batch = dataset.collator()([dataset[0]])  # with the echo, built while the weight is 1
+        model.config.loss.listener_echo_weight = weight
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+        model.train()
+        for _ in range(8):
+            optimizer.zero_grad()
+            model(batch, stage=1)["loss"].backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            return float(model.listener_echo_loss(batch))
+
+    assert trained(5.0) < trained(0.0)
+
+
+def test_loss_weights_must_be_finite_and_not_negative():
+    from empatheia.config import EmpatheiaConfig
+
+    for bad in (-0.1, float("inf"), True):
+        with pytest.raises(ValueError, match="loss.listener_echo_weight"):
+            EmpatheiaConfig.from_preset("tiny", {"loss.listener_echo_weight": bad})

@@ -60,6 +60,10 @@ class StageExample:
     features, a text dialogue (``StageDataset``'s ``text_dialogues``) without them."""
     id: Optional[str] = None
     """The dialogue's id, carried into the batch's ``ids`` so errors can name examples."""
+    listener_echo: Optional[EncodedExample] = None
+    """Stage 1 with ``loss.listener_echo_weight``: the listener's last turn written as the
+    reply (:meth:`~empatheia.processing.EmpatheiaProcessor.listener_echo_example`), whose
+    unlikelihood the loss adds; ``None`` without a listener turn."""
 
 
 def stable_fraction(key: str) -> float:
@@ -164,7 +168,8 @@ class StageDataset(Dataset):
         if self.text_only_share and text_only(dialogue.id, self.text_only_share):
             dialogue = _without_media(dialogue)
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode), media_cache=self.media_cache)
-        return StageExample(encoded, self._features(dialogue), self._labels(dialogue), self.stage, dialogue.id)
+        return StageExample(encoded, self._features(dialogue), self._labels(dialogue), self.stage, dialogue.id,
+                            self._listener_echo(dialogue, encoded))
 
     def text_example(self, dialogue: Dialogue) -> StageExample:
         """A text dialogue: its turns without media, no gold features."""
@@ -172,7 +177,20 @@ class StageDataset(Dataset):
             raise DataError("has no gold response to train on", field="response")
         dialogue = _without_media(dialogue)
         encoded = self.processor.encode(dialogue, self.mode, Target.for_mode(dialogue, self.mode))
-        return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id)
+        return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id,
+                            self._listener_echo(dialogue, encoded))
+
+    @property
+    def trains_listener_echo(self) -> bool:
+        """Whether its examples carry the listener's echo: a stage whose loss has the
+        ``listener_echo`` term, weighted above 0."""
+        return self.processor.config.loss.listener_echo_weight > 0 and any(
+            term.name == "listener_echo" for term in self.stage.terms)
+
+    def _listener_echo(self, dialogue: Dialogue, encoded: EncodedExample) -> Optional[EncodedExample]:
+        if not self.trains_listener_echo:
+            return None
+        return self.processor.listener_echo_example(dialogue, encoded, self.mode)
 
     def _features(self, dialogue: Dialogue) -> Dict[str, torch.Tensor]:
         names = self.stage.gold_features
@@ -245,7 +263,9 @@ class StageCollator:
     """Batches :class:`StageExample` items into what :meth:`Empatheia.forward` reads.
 
     Skipped samples are left out and listed in the batch's ``skipped``; a batch of only
-    skipped samples is ``{"skipped": [...]}``. ``ids`` lists the examples' dialogue ids.
+    skipped samples is ``{"skipped": [...]}``. Examples that carry the listener's echo
+    (stage 1) add ``echo_input_ids``, ``echo_attention_mask`` and ``echo_labels``
+    ``(B_e, L_e)``, one row per such example. ``ids`` lists the examples' dialogue ids.
     Gold content features are zero-padded to the longest in the batch with a mask; style
     features and labels are stacked. A text dialogue without gold features (stage 4's
     ``text_dialogues``) gets one zero content row with a False mask and a zero style row,
@@ -295,6 +315,10 @@ class StageCollator:
             batch["style_target_mask"] = torch.tensor(has_gold)
         for name in examples[0].labels:
             batch[f"{name}_label"] = torch.tensor([e.labels[name] for e in examples])
+        echoes = [e.listener_echo for e in examples if e.listener_echo is not None]
+        if echoes:
+            echo = self.processor.collate(echoes)
+            batch.update({f"echo_{key}": echo[key] for key in ("input_ids", "attention_mask", "labels")})
         if skipped:
             batch["skipped"] = skipped
         return batch
