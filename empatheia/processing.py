@@ -118,8 +118,7 @@ class MediaItem:
 ECHO_FREE_WORDS = 3
 """The listener's echo (:meth:`EmpatheiaProcessor.listener_echo_example`) is pushed against
 from its fourth word: an opening shared with the listener's line ("That's so sad") is no
-echo, a run of four words is one (what ``listener_echo_share`` counts). Pushed against from
-its first word, the ``small`` core learnt to open almost every reply with "That's"."""
+echo, a run of four words is one (what ``listener_echo_share`` counts)."""
 
 
 class EmpatheiaProcessor:
