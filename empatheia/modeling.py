@@ -485,9 +485,12 @@ class Empatheia(nn.Module, Responder):
                 terms["loss_chain_emotion"] = self.chain_emotion_loss(hidden, batch["labels"], batch["emotion_slot"])
             if self.config.loss.chain_goal_weight:
                 terms["loss_chain_goal"] = self.chain_goal_loss(hidden, batch["labels"], batch["goal_mask"])
-            if self.config.loss.listener_echo_weight and any(t.name == "listener_echo" for t in stage.terms):
-                terms["loss_listener_echo"] = self.listener_echo_loss(batch) if "echo_input_ids" in batch \
-                    else hidden.sum() * 0.0
+            if self.config.loss.listener_echo_weight and stage.has_term("listener_echo"):
+                if "echo_input_ids" not in batch:
+                    raise KeyError(f"stage {stage.number} with loss.listener_echo_weight > 0 needs the batch keys "
+                                   "echo_input_ids, echo_attention_mask and echo_labels (a StageDataset's collator "
+                                   "builds them)")
+                terms["loss_listener_echo"] = self.listener_echo_loss(batch)
         if stage.computes(CCL):
             speech_lengths = batch["speech_content_mask"].sum(1)
             video_lengths = batch["video_content_mask"].sum(1)
@@ -577,6 +580,8 @@ class Empatheia(nn.Module, Responder):
         is near 0 where the copy is unlikely already and grows without bound as it becomes
         certain, so it acts on the confident copies (Welleck et al., 2020), and it leaves
         every other continuation to L_emp."""
+        if batch["echo_input_ids"].shape[0] == 0:
+            return torch.zeros((), device=batch["echo_input_ids"].device)  # no example to echo
         hidden = self.hidden_states({"input_ids": batch["echo_input_ids"], "attention_mask": batch["echo_attention_mask"]})
         targets = batch["echo_labels"][:, 1:]
         mask = targets != IGNORE_INDEX

@@ -134,6 +134,11 @@ class Stage:
     def computes(self, objective: Objective) -> bool:
         return objective in self.objectives
 
+    def has_term(self, name: str) -> bool:
+        """Whether one of its :attr:`terms` is called ``name`` (an optional one may still
+        be weighted 0)."""
+        return any(term.name == name for term in self.terms)
+
     @property
     def batch_keys(self) -> Tuple[str, ...]:
         """Keys ``Empatheia.forward`` needs in a batch of this stage (profile labels and,

@@ -366,11 +366,15 @@ def test_listener_echo_term_is_the_unlikelihood_of_the_copy_past_its_opening_and
     p = logits[cols - 1].float().softmax(-1).gather(1, batch["echo_input_ids"][0, cols].unsqueeze(1)).squeeze(1)
     torch.testing.assert_close(out["loss_listener_echo"], -torch.log1p(-p).mean(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["loss"], out["loss_emp"] + 0.5 * out["loss_listener_echo"])
-    # A batch without a listener turn: 0, not a missing key; off by default.
+    # A batch without a listener turn: no row, and 0; off by default; a batch built
+    # without the echo while the term is on is an error, not a silent 0.
     lone = dataset.collator()([examples[1]])
-    assert "echo_input_ids" not in lone and model(lone, stage=1)["loss_listener_echo"] == 0
+    assert lone["echo_input_ids"].shape[0] == 0 and model(lone, stage=1)["loss_listener_echo"] == 0
     plain = Empatheia(EmpatheiaConfig.from_preset("tiny")).eval()
     assert "loss_listener_echo" not in plain(batch, stage=1)
+    assert "echo_input_ids" not in StageDataset([with_listener], plain.processor, 1).collator()([examples[0]])
+    with pytest.raises(KeyError, match="echo_input_ids"):
+        model(model.processor([with_listener], 1), stage=1)
     assert StageDataset([with_listener], plain.processor, 1)[0].listener_echo is None
 
 

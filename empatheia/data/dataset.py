@@ -180,15 +180,8 @@ class StageDataset(Dataset):
         return StageExample(encoded, {}, self._labels(dialogue), self.stage, dialogue.id,
                             self._listener_echo(dialogue, encoded))
 
-    @property
-    def trains_listener_echo(self) -> bool:
-        """Whether its examples carry the listener's echo: a stage whose loss has the
-        ``listener_echo`` term, weighted above 0."""
-        return self.processor.config.loss.listener_echo_weight > 0 and any(
-            term.name == "listener_echo" for term in self.stage.terms)
-
     def _listener_echo(self, dialogue: Dialogue, encoded: EncodedExample) -> Optional[EncodedExample]:
-        if not self.trains_listener_echo:
+        if not trains_listener_echo(self.processor.config, self.stage):
             return None
         return self.processor.listener_echo_example(dialogue, encoded, self.mode)
 
@@ -236,6 +229,12 @@ class StageDataset(Dataset):
         return class_labels(self.labels, dialogue.emotion, dialogue.listener_profile, "listener_profile")
 
 
+def trains_listener_echo(config, stage: Optional[Stage]) -> bool:
+    """Whether ``stage``'s examples carry the listener's echo: its loss has the
+    ``listener_echo`` term and ``config.loss.listener_echo_weight`` is above 0."""
+    return stage is not None and config.loss.listener_echo_weight > 0 and stage.has_term("listener_echo")
+
+
 def class_labels(labels: LabelSets, emotion: Optional[str], profile: Optional[Dict[str, str]],
                  profile_field: str) -> Dict[str, int]:
     """``emotion`` and each of ``labels``' profile attributes -> class index (``-100``
@@ -264,8 +263,9 @@ class StageCollator:
 
     Skipped samples are left out and listed in the batch's ``skipped``; a batch of only
     skipped samples is ``{"skipped": [...]}``. Examples that carry the listener's echo
-    (stage 1) add ``echo_input_ids``, ``echo_attention_mask`` and ``echo_labels``
-    ``(B_e, L_e)``, one row per such example. ``ids`` lists the examples' dialogue ids.
+    (stage 1 with ``loss.listener_echo_weight``) add ``echo_input_ids``,
+    ``echo_attention_mask`` and ``echo_labels`` ``(B_e, L_e)``, one row per such example
+    (none when no example has a listener turn). ``ids`` lists the examples' dialogue ids.
     Gold content features are zero-padded to the longest in the batch with a mask; style
     features and labels are stacked. A text dialogue without gold features (stage 4's
     ``text_dialogues``) gets one zero content row with a False mask and a zero style row,
@@ -315,13 +315,22 @@ class StageCollator:
             batch["style_target_mask"] = torch.tensor(has_gold)
         for name in examples[0].labels:
             batch[f"{name}_label"] = torch.tensor([e.labels[name] for e in examples])
-        echoes = [e.listener_echo for e in examples if e.listener_echo is not None]
-        if echoes:
-            echo = self.processor.collate(echoes)
-            batch.update({f"echo_{key}": echo[key] for key in ("input_ids", "attention_mask", "labels")})
+        if trains_listener_echo(self.processor.config, examples[0].stage):
+            batch.update(self._listener_echoes([e.listener_echo for e in examples if e.listener_echo is not None]))
         if skipped:
             batch["skipped"] = skipped
         return batch
+
+
+    def _listener_echoes(self, echoes: Sequence[EncodedExample]) -> Dict[str, torch.Tensor]:
+        """``echo_input_ids``, ``echo_attention_mask``, ``echo_labels`` ``(B_e, L_e)``; with
+        no example to echo, ``(0, 1)`` each, so the loss sees the term is on and has no row."""
+        if not echoes:
+            return {"echo_input_ids": torch.zeros(0, 1, dtype=torch.long),
+                    "echo_attention_mask": torch.zeros(0, 1, dtype=torch.long),
+                    "echo_labels": torch.full((0, 1), IGNORE_INDEX, dtype=torch.long)}
+        echo = self.processor.collate(echoes)
+        return {f"echo_{key}": echo[key] for key in ("input_ids", "attention_mask", "labels")}
 
 
 def gold_feature_sources(dialogues: Sequence[Dialogue]) -> List["FeatureSource"]:
