@@ -269,9 +269,10 @@ def data_distill(args: argparse.Namespace) -> int:
 
 def data_drop_echoes(args: argparse.Namespace) -> int:
     from .data.distill import drop_listener_echoes
+    from .evaluation.text import LISTENER_ECHO_WORDS
 
     try:
-        report = drop_listener_echoes(args.file, args.out, **({"words": args.words} if args.words else {}))
+        report = drop_listener_echoes(args.file, args.out, args.words or LISTENER_ECHO_WORDS)
     except (DataError, FileNotFoundError) as error:
         raise SystemExit(f"error: {error}")
     print(json.dumps({"file": str(report.path), "kept": report.kept, "dropped": len(report.dropped),

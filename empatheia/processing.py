@@ -303,8 +303,8 @@ class EmpatheiaProcessor:
         )
 
     def listener_echo_example(self, dialogue: Dialogue, encoded: EncodedExample, mode: PromptMode) -> Optional[EncodedExample]:
-        """The negative beside a training example ``encoded`` of the TEXT layout: the same
-        prompt (its kept turns) and chain, then the listener's last kept turn written again
+        """The negative beside a training example ``encoded`` of the TEXT layout: its
+        prompt and the dialogue's chain, then the listener's last kept turn written again
         as the reply. Its ``labels`` mark the copy's tokens from its
         ``ECHO_FREE_WORDS + 1``-th word on, and not before the first token where it departs
         from the target's reply: up to there it is the target, which the unlikelihood must
@@ -316,26 +316,30 @@ class EmpatheiaProcessor:
         words = said[-1].split() if said else []
         if len(words) <= ECHO_FREE_WORDS:
             return None
-
-        def reply_ids(text: str) -> Tuple[EncodedExample, torch.Tensor]:
-            example = self.encode(dialogue, mode, Target(response=text, chain=dialogue.chain, eos=False),
-                                  first_turn=encoded.first_turn, load_media=False)
-            return example, example.input_ids[example.response_mask]
-
-        copy, copy_reply = reply_ids(said[-1])
+        ids, response, slot, goal, chars = self._target_ids(Target(response=said[-1], chain=dialogue.chain, eos=False), mode)
         # A byte-level tokenizer starts each word with its space, so the opening words'
         # tokens are the copy's first ones.
-        opening = len(reply_ids(" ".join(words[:ECHO_FREE_WORDS]))[1])
-        target_reply = encoded.input_ids[encoded.response_mask]
+        opening = self._target_ids(Target(response=" ".join(words[:ECHO_FREE_WORDS]), chain=dialogue.chain, eos=False),
+                                   mode)[1].sum()
+        copy_reply, target_reply = ids[response], encoded.input_ids[encoded.response_mask]
         shared = min(len(target_reply), len(copy_reply))
         differs = (target_reply[:shared] != copy_reply[:shared]).nonzero()
-        departs = max(int(differs[0]) if len(differs) else shared, opening)
+        departs = max(int(differs[0]) if len(differs) else shared, int(opening))
         if departs >= len(copy_reply):
             return None
-        positions = copy.response_mask.nonzero().squeeze(1)[departs:]
-        labels = torch.full_like(copy.labels, IGNORE_INDEX)
-        labels[positions] = copy.input_ids[positions]
-        return replace(copy, labels=labels)
+        prompt = encoded.input_ids[: int((encoded.labels != IGNORE_INDEX).nonzero()[0])]
+        marked = torch.zeros_like(response)
+        marked[response.nonzero().squeeze(1)[departs:]] = True
+        before = torch.zeros_like(prompt, dtype=torch.bool)
+        return EncodedExample(
+            input_ids=torch.cat([prompt, ids]),
+            labels=torch.cat([torch.full_like(prompt, IGNORE_INDEX), ids.masked_fill(~marked, IGNORE_INDEX)]),
+            response_mask=torch.cat([before, response]),
+            emotion_slot=torch.cat([before, slot]),
+            goal_mask=torch.cat([before, goal]),
+            response_chars=chars,
+            first_turn=encoded.first_turn,
+        )
 
     def turn_media(
         self,
