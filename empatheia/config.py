@@ -261,6 +261,12 @@ class LanguageModelConfig:
     own) earlier turns in the dialogue, so a later turn is not answered with an earlier
     one (:class:`~empatheia.logits_processors.ListenerEchoBlock`); 0 is off, else at
     least 2."""
+    listener_echo_restarts: int = 0
+    """How many times an answer that repeats a run of 4 words of the listener's earlier
+    turns (:func:`~empatheia.evaluation.text.listener_echo_start`) is written again from
+    where the copy began, with the copy's first token refused there
+    (:class:`~empatheia.logits_processors.ReplyRestart`); what the last try wrote stays. 0
+    is off."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model
@@ -283,6 +289,10 @@ class LanguageModelConfig:
                 or self.no_repeat_listener_ngram_size < 0 or self.no_repeat_listener_ngram_size == 1:
             raise ValueError(f"language_model.no_repeat_listener_ngram_size must be 0 (off) or a whole number of at "
                              f"least 2, got {self.no_repeat_listener_ngram_size!r}")
+        if isinstance(self.listener_echo_restarts, bool) or not isinstance(self.listener_echo_restarts, int) \
+                or self.listener_echo_restarts < 0:
+            raise ValueError(f"language_model.listener_echo_restarts must be a whole number of 0 (off) or more, "
+                             f"got {self.listener_echo_restarts!r}")
         if isinstance(self.generic_reply_tokens, bool) or not isinstance(self.generic_reply_tokens, int) \
                 or self.generic_reply_tokens < 1:
             raise ValueError(f"language_model.generic_reply_tokens must be a whole number of at least 1, "

@@ -661,6 +661,53 @@ class ListenerEchoBlock(LogitsProcessor):
         return scores.masked_fill(banned, float("-inf"))
 
 
+class ReplyRestart(LogitsProcessor):
+    """Writes each row again as an earlier generation did up to a point, then makes it
+    take another token there: row ``b`` is held to ``forced[b]`` (its first tokens, one per
+    step) and, at the step right after them, may not write any of ``banned[b]``; a row
+    whose ``forced`` is ``None`` passes unchanged.
+
+    Why: an answer that repeats the listener's earlier turn
+    (:meth:`~empatheia.modeling.Empatheia.generate_text` with
+    ``language_model.listener_echo_restarts``) is written again from where the copy
+    began, with the copy's first token refused there. Unlike a block on the copy's n-th
+    token (:class:`ListenerEchoBlock`), which cuts a phrase the model has already
+    committed to, the model chooses its words again from a clean point.
+
+    Args:
+        forced: one 1-D tensor of token ids (may be empty) or ``None`` per row.
+        banned: one 1-D tensor of token ids per row refused at step ``len(forced[b])``.
+    """
+
+    def __init__(self, forced: Sequence[Optional[torch.Tensor]], banned: Sequence[Optional[torch.Tensor]]):
+        if len(forced) != len(banned):
+            raise ValueError(f"ReplyRestart needs one banned set per forced row: {len(forced)} and {len(banned)}")
+        self.lengths = torch.tensor([-1 if f is None else int(f.numel()) for f in forced], dtype=torch.long)  # (B,)
+        width = max(int(self.lengths.max()) if len(forced) else 0, 1)
+        self.forced = torch.zeros(len(forced), width, dtype=torch.long)  # (B, F), read below each row's length
+        for row, f in enumerate(forced):
+            if f is not None and f.numel():
+                self.forced[row, :f.numel()] = f
+        banned = [[] if b is None else torch.as_tensor(b, dtype=torch.long).flatten().tolist() for b in banned]
+        self.banned, _ = _padded([b or [-1] for b in banned])  # (B, K), -1 pads
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        rows, step = input_ids.shape
+        if rows != self.lengths.numel():
+            raise ValueError(f"ReplyRestart holds {self.lengths.numel()} rows, got {rows}")
+        device = scores.device
+        lengths = self.lengths.to(device)
+        forcing = step < lengths  # (B,)
+        if bool(forcing.any()):
+            token = self.forced.to(device)[:, min(step, self.forced.shape[1] - 1)]  # (B,)
+            only = torch.full_like(scores, float("-inf")).scatter(1, token[:, None], 0.0)
+            scores = torch.where(forcing[:, None], only, scores)
+        vocab = scores.shape[-1]
+        banned = self.banned.to(device)
+        at_restart = (lengths == step)[:, None] & (banned >= 0)  # (B, K)
+        return scores.masked_fill(_token_set(torch.where(at_restart, banned, vocab), vocab), float("-inf"))
+
+
 class ChainStepNgramBlock(LogitsProcessor):
     """n-gram blocking within each step of the chain, before the reply.
 

@@ -23,6 +23,7 @@ from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
 from .dialogue import Dialogue, last_speaker_index
 from .encoders import SpeechEncoder, VideoEncoder
+from .evaluation.text import listener_echo_start
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
 from .labels import LabelSets, UnknownEmotionError, normalize_label
 from .language_model import (
@@ -39,9 +40,10 @@ from .language_model import (
     special_token_ids,
 )
 from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
-                                ListenerEchoBlock, ReplyGoalOpenings, ReplyRepetitionControl, SeededSampling,
+                                ListenerEchoBlock, ReplyGoalOpenings, ReplyRepetitionControl, ReplyRestart, SeededSampling,
                                 SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
-                                goal_step_tokens, prompt_keys, reply_markers, sentence_token_classes, turn_ngrams)
+                                goal_step_tokens, prompt_keys, reply_markers, reply_starts, sentence_token_classes,
+                                turn_ngrams)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
 from .processing import IGNORE_INDEX, EmpatheiaProcessor, EncodedExample, Target, merge_features
 from .projector import Projector
@@ -685,6 +687,7 @@ class Empatheia(nn.Module, Responder):
         keep_cache: bool = False,
         progress: Optional[Callable[[int], None]] = None,
         given_emotions: Optional[Sequence[Optional[str]]] = None,
+        restart: Optional[ReplyRestart] = None,
     ) -> GeneratedText:
         """Let the language model write its answer to each dialogue in prompt layout
         ``mode`` (left-padded batch), stopping at the end of the text or where it starts its
@@ -710,7 +713,15 @@ class Empatheia(nn.Module, Responder):
         ``given_emotions`` (one per dialogue; ``None`` in a row lets the model choose)
         makes the chain's emotion step that label of ``language_model.chain_emotions``
         instead of the model's reading, so the rest of the chain and the reply follow a
-        known emotion (:func:`empatheia.data.distill.distill_replies`)."""
+        known emotion (:func:`empatheia.data.distill.distill_replies`).
+
+        With ``language_model.listener_echo_restarts`` an answer that repeats 4 words of
+        the listener's earlier turns is written again (:meth:`_restart_listener_echoes`);
+        ``restart`` is how: it holds each row to its earlier tokens and refuses the copy's
+        first one (:class:`~empatheia.logits_processors.ReplyRestart`), and a generation
+        given one is not restarted again. The returned ``sequences`` and ``texts`` are
+        the last tries'; ``scores`` and the cache are the first pass's
+        (:meth:`answer_hidden_states` recomputes what a restarted row changed)."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
@@ -739,6 +750,10 @@ class Empatheia(nn.Module, Responder):
             prior = self.given_emotion_prior([labels[i] for i in reading.argmax(1).tolist()], None, mode)
         processors = [p for p in (recorder, *self._decoding_processors(mode, decoding, prior, prompts, items),
                                   _StepCounter(progress) if progress is not None else None) if p is not None]
+        if restart is not None:
+            # Before sampling, which must draw among the tokens the restart leaves.
+            processors.insert(next((i for i, p in enumerate(processors) if isinstance(p, SeededSampling)),
+                                   len(processors)), restart)
         context_free = next((p.context_free for p in processors if isinstance(p, GenericReplyPenalty)), None)
         states: List[torch.Tensor] = []
 
@@ -777,8 +792,87 @@ class Empatheia(nn.Module, Responder):
                 prompt_lengths=batch["attention_mask"].sum(1),
                 prompt_width=batch["input_ids"].shape[1],
             )
-        return GeneratedText(prompts, media, output.sequences, texts, recorder.kept if recorder is not None else None,
+        sequences = output.sequences
+        if restart is None and lm.listener_echo_restarts and reply_markers(self.tokenizer, mode):
+            def again(rows: List[int], processor: ReplyRestart) -> GeneratedText:
+                return self.generate_text(
+                    [items[b] for b in rows], mode, max_new_tokens, decoding, reserve_signals,
+                    prefix=None if prefix is None else prefix[rows], notes=[notes[b] for b in rows],
+                    given_emotions=None if given_emotions is None else [given_emotions[b] for b in rows],
+                    restart=processor)
+
+            sequences, texts = self._restart_listener_echoes(items, mode, prompts, sequences, texts, again)
+        return GeneratedText(prompts, media, sequences, texts, recorder.kept if recorder is not None else None,
                              cache, prior, reading)
+
+    def _restart_listener_echoes(self, items: Sequence[Dialogue], mode: PromptMode, prompts: Sequence[EncodedExample],
+                                 sequences: torch.Tensor, texts: List[str],
+                                 again: Callable[[List[int], ReplyRestart], GeneratedText]) -> Tuple[torch.Tensor, List[str]]:
+        """The generated ``sequences`` ``(B, N)`` and ``texts`` with each answer that repeats a
+        run of 4 words of the listener's turns its prompt kept
+        (:func:`~empatheia.evaluation.text.listener_echo_start`) written again, up to
+        ``language_model.listener_echo_restarts`` times: ``again(rows, restart)`` generates
+        those rows held to their tokens before the copy, the copy's first token refused
+        there (and, when the next try copies from the same point, every token refused
+        there so far). Only the rows that still copy go on; the last try stays.
+
+        Why: the n-gram block on the listener's words (:class:`ListenerEchoBlock`) cuts the
+        copy at its n-th token, after the model has committed to the phrase, and it
+        rewords the copy; refused at the copy's first token, the model chooses its words
+        again from a clean point."""
+        ids = self.token_ids
+        markers = [torch.as_tensor(m) for m in reply_markers(self.tokenizer, mode)]
+        said = [[t.text for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()]
+                for d, p in zip(items, prompts)]
+        ends = {ids.eos, ids.pad, ids.audio_signals[0]}
+        rows = [row.tolist() for row in sequences]
+        rows = [row[:next((i for i, t in enumerate(row) if t in ends), len(row))] for row in rows]
+        texts = list(texts)
+        restarted: Dict[int, Tuple[List[int], set]] = {}  # row -> (tokens held, tokens refused after them)
+        pending = [b for b in range(len(items)) if said[b]]
+        for _ in range(self.config.language_model.listener_echo_restarts):
+            echoing = []
+            for b in pending:
+                at = self._listener_echo_token(rows[b], markers, said[b])
+                if at is None:
+                    continue
+                held, token = rows[b][:at], rows[b][at]
+                before = restarted.get(b)
+                restarted[b] = (held, (before[1] if before is not None and before[0] == held else set()) | {token})
+                echoing.append(b)
+            if not echoing:
+                break
+            written = again(echoing, ReplyRestart([torch.tensor(restarted[b][0], dtype=torch.long) for b in echoing],
+                                                  [torch.tensor(sorted(restarted[b][1])) for b in echoing]))
+            for i, b in enumerate(echoing):
+                row = written.sequences[i].tolist()
+                rows[b] = row[:next((j for j, t in enumerate(row) if t in ends), len(row))]
+                texts[b] = written.texts[i]
+            pending = echoing
+        if not restarted:
+            return sequences, texts
+        width = max(len(row) for row in rows)
+        merged = torch.full((len(rows), max(width, 1)), ids.pad, dtype=sequences.dtype, device=sequences.device)
+        for b, row in enumerate(rows):
+            merged[b, :len(row)] = torch.tensor(row, dtype=sequences.dtype)
+        return merged, texts
+
+    def _listener_echo_token(self, tokens: List[int], markers: Sequence[torch.Tensor], said: Sequence[str]) -> Optional[int]:
+        """The index in ``tokens`` (one generated row, without its end) of the token where
+        the reply's first run of 4 words shared with ``said`` begins; ``None`` when the
+        reply (its first line, the response) shares none or there is no reply yet."""
+        start = int(reply_starts(torch.tensor([tokens], dtype=torch.long), markers)[0]) if tokens else 0
+        reply = tokens[start:]
+        if not reply:
+            return None
+        text = self.tokenizer.decode(reply, skip_special_tokens=True).split("\n", 1)[0]
+        offset = listener_echo_start(said, text)
+        if offset is None:
+            return None
+        for k in range(len(reply)):
+            if len(self.tokenizer.decode(reply[:k + 1], skip_special_tokens=True)) > offset:
+                return start + k
+        return None
 
     def _reads_emotion_from_speaker(self, mode: PromptMode) -> bool:
         lm = self.config.language_model

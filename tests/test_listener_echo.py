@@ -7,7 +7,7 @@ import torch
 
 from empatheia import Dialogue, Empatheia, Turn
 from empatheia.config import EmpatheiaConfig
-from empatheia.logits_processors import ListenerEchoBlock, reply_markers, turn_ngrams
+from empatheia.logits_processors import ListenerEchoBlock, ReplyRestart, reply_markers, turn_ngrams
 from empatheia.prompts import PromptMode
 
 MARKER = 9
@@ -94,3 +94,108 @@ def test_the_model_blocks_in_the_reply_what_its_listener_said_in_the_kept_turns(
         with pytest.raises(ValueError, match="no_repeat_listener_ngram_size must be"):
             EmpatheiaConfig.from_preset("tiny", {"language_model.no_repeat_listener_ngram_size": bad})
 
+
+
+def test_listener_echo_start_finds_where_the_first_shared_run_of_words_begins():
+    from empatheia.evaluation.text import echoes_listener, listener_echo_start
+
+    said = ["That's wonderful. How long have you guys been dating?"]
+    assert listener_echo_start(said, "Wow. How long have you been together?") == 5
+    # Case and punctuation do not count; the run may cross a sentence's end.
+    assert listener_echo_start(said, "THAT'S WONDERFUL!  how long") == 0
+    assert listener_echo_start(said, "That's wonderful. How nice.") is None  # 3 words only
+    assert listener_echo_start([], "That's wonderful. How long have you") is None
+    assert echoes_listener([said[0], "Five months."], ["listener", "speaker"], "So how long have you been?") is True
+
+
+def _restart_processor_scores(processor, ids, vocab=12):
+    return processor(torch.tensor(ids), torch.zeros(len(ids), vocab))
+
+
+def test_reply_restart_holds_a_row_to_its_tokens_then_refuses_the_copys_first_token():
+    restart = ReplyRestart([torch.tensor([4, 5]), None, torch.tensor([], dtype=torch.long)],
+                           [torch.tensor([7, 8]), None, torch.tensor([3])])
+    # Step 0: row 0 may only write 4; row 1 is free; row 2 restarts at once (3 refused).
+    scores = _restart_processor_scores(restart, [[], [], []])
+    assert torch.isfinite(scores[0]).nonzero().flatten().tolist() == [4]
+    assert torch.isfinite(scores[1]).all()
+    assert torch.isinf(scores[2]).nonzero().flatten().tolist() == [3]
+    # Step 2: row 0 has written its tokens and may not write 7 or 8; row 2 is free again.
+    scores = _restart_processor_scores(restart, [[4, 5], [1, 1], [9, 9]])
+    assert torch.isinf(scores[0]).nonzero().flatten().tolist() == [7, 8]
+    assert torch.isfinite(scores[1:]).all()
+    with pytest.raises(ValueError, match="holds 3 rows, got 2"):
+        _restart_processor_scores(restart, [[], []])
+    with pytest.raises(ValueError, match="one banned set per forced row"):
+        ReplyRestart([None], [])
+
+
+def test_a_restart_in_generate_holds_the_tokens_and_takes_another_one_after_them(tiny):
+    dialogue = Dialogue([Turn("speaker", "I lost my job last week.")])
+    first = tiny.generate_text([dialogue], PromptMode.FULL, max_new_tokens=24, reserve_signals=False)
+    written = first.sequences[0].tolist()
+    held, refused = torch.tensor(written[:10]), written[10]
+    again = tiny.generate_text([dialogue], PromptMode.FULL, max_new_tokens=24, reserve_signals=False,
+                               restart=ReplyRestart([held], [torch.tensor([refused])]))
+    assert again.sequences[0, :10].tolist() == written[:10]
+    assert again.sequences[0, 10].item() != refused
+
+
+def _row(tokenizer, reply):
+    """Generated ids of a chain's end, the reply's lead-in and ``reply``."""
+    return [5, 6] + reply_markers(tokenizer, PromptMode.FULL)[-1] + tokenizer.encode(reply, add_special_tokens=False)
+
+
+def test_echoing_answers_are_written_again_from_the_copy_until_they_stop_or_the_tries_run_out(tiny):
+    from empatheia.modeling import GeneratedText
+
+    tokenizer = tiny.tokenizer
+    asked = "How long have you been dating?"
+    echoing = Dialogue([Turn("speaker", "My girlfriend said yes."), Turn("listener", "Wow! " + asked),
+                        Turn("speaker", "Five months.")])
+    first_turn = Dialogue([Turn("speaker", "How long have you been dating?")])  # nothing to echo
+    items = [echoing, first_turn, echoing]
+    prompts = [tiny.processor.encode(d, PromptMode.FULL) for d in items]
+    replies = ["That's great. " + asked, " How long have you been dating?", "Nice."]
+    rows = [_row(tokenizer, r) for r in replies]
+    width = max(map(len, rows))
+    pad = tiny.token_ids.pad
+    sequences = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    start = len(_row(tokenizer, ""))
+    seen = []
+
+    def again(which, processor):
+        seen.append((which, processor.forced.clone(), processor.lengths.clone(), processor.banned.clone()))
+        if len(seen) == 1:  # the copy again from the same point, in lower case
+            at = int(processor.lengths[0])
+            lower = tokenizer.convert_tokens_to_ids(tokenizer.convert_ids_to_tokens(rows[0][at]).lower())
+            row = rows[0][:at] + [lower] + rows[0][at + 1:]
+        else:
+            row = _row(tokenizer, "That's great. Congratulations!")
+        return GeneratedText(None, (None, None), torch.tensor([row]), [tokenizer.decode(row)])
+
+    tiny.config.language_model.listener_echo_restarts = 3
+    try:
+        out, texts = tiny._restart_listener_echoes(items, PromptMode.FULL, prompts, sequences, list(replies), again)
+    finally:
+        tiny.config.language_model.listener_echo_restarts = 0
+    # Only the row whose answer copies its listener's turn is written again; twice, since
+    # the first try copied from the same point, which then refuses both tokens tried there;
+    # the second try copies nothing and stays.
+    assert [w for w, *_ in seen] == [[0], [0]]
+    # Held to the tokens before the copy's first word, that word's first token refused.
+    copy_at = int(seen[0][2][0])
+    assert seen[0][1][0, :copy_at].tolist() == rows[0][:copy_at]
+    assert tokenizer.decode(rows[0][start:copy_at]).strip() == "That's great."
+    how = rows[0][copy_at]
+    assert tokenizer.decode([how]).strip().startswith("H") and seen[0][3][0].tolist() == [how]
+    lower = tokenizer.convert_tokens_to_ids(tokenizer.convert_ids_to_tokens(how).lower())
+    assert lower != how and lower != tokenizer.unk_token_id
+    assert seen[1][2].tolist() == [copy_at] and set(seen[1][3][0].tolist()) == {how, lower}
+    assert texts[1:] == replies[1:] and texts[0].endswith("That's great. Congratulations!")
+    last = _row(tokenizer, "That's great. Congratulations!")
+    assert out[0, :len(last)].tolist() == last
+    assert out[1, :len(rows[1])].tolist() == rows[1] and out[2, :len(rows[2])].tolist() == rows[2]
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="listener_echo_restarts must be"):
+            EmpatheiaConfig.from_preset("tiny", {"language_model.listener_echo_restarts": bad})

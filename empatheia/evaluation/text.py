@@ -411,8 +411,23 @@ def echoes_listener(history: Sequence[str], roles: Sequence[str], response: str,
     said = [turn for turn, who in zip(history, roles) if who == "listener" and turn.strip()]
     if not said:
         return None
-    spoken = set().union(*(_ngrams(_words(turn), n) for turn in said))
-    return not spoken.isdisjoint(_ngrams(_words(response), n))
+    return listener_echo_start(said, response, n) is not None
+
+
+def listener_echo_start(said: Sequence[str], response: str, n: int = LISTENER_ECHO_WORDS) -> Optional[int]:
+    """Where in ``response`` (a character offset) the first run of ``n`` words it shares
+    with one of the turns ``said`` begins (the words as :func:`echoes_listener` counts
+    them); ``None`` when it shares none.
+    ``listener_echo_start(["How long have you been dating?"], "Wow. How long have you been together?")``
+    -> 5."""
+    spoken = set().union(set(), *(_ngrams(_words(turn), n) for turn in said))
+    spans = [(m.group(0).lower(), m.start()) for m in _TOKEN.finditer(response)
+             if not re.fullmatch(r"[^\w\s]", m.group(0))]
+    words = [w for w, _ in spans]
+    for i, gram in enumerate(_ngrams(words, n)):
+        if gram in spoken:
+            return spans[i][1]
+    return None
 
 
 def listener_echoes(histories: Sequence[Sequence[str]], roles: Sequence[Sequence[str]], responses: Sequence[str],
