@@ -267,6 +267,10 @@ class LanguageModelConfig:
     where the copy began, with the copy's first token refused there
     (:class:`~empatheia.logits_processors.ReplyRestart`); what the last try wrote stays. 0
     is off."""
+    listener_echo_reanswer: bool = False
+    """Write again, from the speaker's words alone
+    (:func:`~empatheia.dialogue.speaker_words`), each reply that repeats a run of 4 words
+    of the listener's earlier turns, the chain kept as written."""
     force_chain_template: bool = False
     """Write each line of the Chain of Empathy's template as trained (its four steps' and
     the response's lead-ins, in order), leaving every step's content to the model

@@ -5,6 +5,7 @@ turn: :func:`~empatheia.data.readers.avamerg_dialogue`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Union
@@ -53,6 +54,23 @@ def last_speaker_index(dialogue: "Dialogue", modality: str) -> Optional[int]:
         if turn.role == "speaker" and (turn.text.strip() if modality == "text" else getattr(turn, modality) is not None):
             return index
     return None
+
+
+def speaker_words(dialogue: "Dialogue", first_turn: int = 0) -> "Dialogue":
+    """``dialogue`` told as the speaker alone: one speaker turn holding the text of the
+    speaker's turns from ``first_turn`` on, joined by spaces, with the media (and profile)
+    of the last of them; the listener's turns are left out.
+
+    Why: a core that answers a later turn by repeating the listener's earlier one
+    (:meth:`~empatheia.modeling.Empatheia.generate_text` with
+    ``language_model.listener_echo_reanswer``) is given a dialogue with nothing of the
+    listener's to repeat, in the form it answers best, a speaker's first turn."""
+    kept = [t for t in dialogue.turns[first_turn:] if t.role == "speaker"]
+    if not kept:
+        raise ValueError(f"dialogue {dialogue.id or ''} has no speaker turn from turn {first_turn} on".replace("  ", " "))
+    last = kept[-1]
+    text = " ".join(t.text.strip() for t in kept if t.text.strip())
+    return dataclasses.replace(dialogue, turns=[dataclasses.replace(last, text=text)])
 
 
 @dataclass

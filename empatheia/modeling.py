@@ -21,7 +21,7 @@ from .chain_targets import (GOAL_LEADS, act_key, emotion_row, fitting_acts, goal
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
-from .dialogue import Dialogue, last_speaker_index
+from .dialogue import Dialogue, last_speaker_index, speaker_words
 from .encoders import SpeechEncoder, VideoEncoder
 from .evaluation.text import listener_echo_start
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
@@ -793,17 +793,68 @@ class Empatheia(nn.Module, Responder):
                 prompt_width=batch["input_ids"].shape[1],
             )
         sequences = output.sequences
-        if restart is None and lm.listener_echo_restarts and reply_markers(self.tokenizer, mode):
-            def again(rows: List[int], processor: ReplyRestart) -> GeneratedText:
+        if restart is None and (lm.listener_echo_restarts or lm.listener_echo_reanswer) and reply_markers(self.tokenizer, mode):
+            def again(rows: List[int], processor: ReplyRestart, dialogues: Optional[List[Dialogue]] = None) -> GeneratedText:
                 return self.generate_text(
-                    [items[b] for b in rows], mode, max_new_tokens, decoding, reserve_signals,
+                    dialogues or [items[b] for b in rows], mode, max_new_tokens, decoding, reserve_signals,
                     prefix=None if prefix is None else prefix[rows], notes=[notes[b] for b in rows],
                     given_emotions=None if given_emotions is None else [given_emotions[b] for b in rows],
                     restart=processor)
 
-            sequences, texts = self._restart_listener_echoes(items, mode, prompts, sequences, texts, again)
+            if lm.listener_echo_reanswer:
+                sequences, texts = self._reanswer_listener_echoes(items, mode, prompts, sequences, texts, again)
+            if lm.listener_echo_restarts:
+                sequences, texts = self._restart_listener_echoes(items, mode, prompts, sequences, texts, again)
         return GeneratedText(prompts, media, sequences, texts, recorder.kept if recorder is not None else None,
                              cache, prior, reading)
+
+    def _reanswer_listener_echoes(self, items: Sequence[Dialogue], mode: PromptMode, prompts: Sequence[EncodedExample],
+                                  sequences: torch.Tensor, texts: List[str],
+                                  again: Callable[..., GeneratedText]) -> Tuple[torch.Tensor, List[str]]:
+        """The generated ``sequences`` ``(B, N)`` and ``texts`` with each reply that repeats a
+        run of 4 words of the listener's turns its prompt kept
+        (:func:`~empatheia.evaluation.text.listener_echo_start`) written again from the
+        speaker's words alone (:func:`~empatheia.dialogue.speaker_words`):
+        ``again(rows, restart, dialogues)`` generates those rows' new prompts held to the
+        text they wrote before the reply (the chain, so the reading of the dialogue stays),
+        the reply left free.
+
+        Why: the core copies the listener's turn because the prompt holds it; the
+        speaker's words alone hold nothing of the listener's to copy, and a speaker's
+        first turn is the form the core answers best. The signal pass still reads the
+        whole dialogue with the new reply."""
+        markers = [torch.as_tensor(m) for m in reply_markers(self.tokenizer, mode)]
+        rows = self._generated_rows(sequences)
+        echoing = [b for b, (d, p) in enumerate(zip(items, prompts)) if self._listener_echo_token(
+            rows[b], markers, self._listener_turns(d, p)) is not None]
+        if not echoing:
+            return sequences, texts
+        held = [rows[b][:int(reply_starts(torch.tensor([rows[b]]), markers)[0])] for b in echoing]
+        written = again(echoing, ReplyRestart([torch.tensor(h, dtype=torch.long) for h in held], [None] * len(echoing)),
+                        [speaker_words(items[b], prompts[b].first_turn) for b in echoing])
+        texts = list(texts)
+        for i, b in enumerate(echoing):
+            rows[b] = self._generated_rows(written.sequences[i:i + 1])[0]
+            texts[b] = written.texts[i]
+        return self._padded_rows(rows, sequences), texts
+
+    def _listener_turns(self, dialogue: Dialogue, prompt: EncodedExample) -> List[str]:
+        """The text of the listener's turns ``prompt`` kept of ``dialogue``."""
+        return [t.text for t in dialogue.turns[prompt.first_turn:] if t.role == "listener" and t.text.strip()]
+
+    def _generated_rows(self, sequences: torch.Tensor) -> List[List[int]]:
+        """Each generated row of ``sequences`` ``(B, N)`` up to its end (the end of text,
+        the padding after it or the first signal token), as a list of token ids."""
+        ids = self.token_ids
+        ends = {ids.eos, ids.pad, ids.audio_signals[0]}
+        return [row[:next((i for i, t in enumerate(row) if t in ends), len(row))] for row in sequences.tolist()]
+
+    def _padded_rows(self, rows: List[List[int]], like: torch.Tensor) -> torch.Tensor:
+        """``rows`` as one ``(B, N')`` tensor of ``like``'s type and device, padded."""
+        merged = torch.full((len(rows), max(max(map(len, rows)), 1)), self.token_ids.pad, dtype=like.dtype, device=like.device)
+        for b, row in enumerate(rows):
+            merged[b, :len(row)] = torch.tensor(row, dtype=like.dtype)
+        return merged
 
     def _restart_listener_echoes(self, items: Sequence[Dialogue], mode: PromptMode, prompts: Sequence[EncodedExample],
                                  sequences: torch.Tensor, texts: List[str],
@@ -820,13 +871,9 @@ class Empatheia(nn.Module, Responder):
         copy at its n-th token, after the model has committed to the phrase, and it
         rewords the copy; refused at the copy's first token, the model chooses its words
         again from a clean point."""
-        ids = self.token_ids
         markers = [torch.as_tensor(m) for m in reply_markers(self.tokenizer, mode)]
-        said = [[t.text for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()]
-                for d, p in zip(items, prompts)]
-        ends = {ids.eos, ids.pad, ids.audio_signals[0]}
-        rows = [row.tolist() for row in sequences]
-        rows = [row[:next((i for i, t in enumerate(row) if t in ends), len(row))] for row in rows]
+        said = [self._listener_turns(d, p) for d, p in zip(items, prompts)]
+        rows = self._generated_rows(sequences)
         texts = list(texts)
         restarted: Dict[int, Tuple[List[int], set]] = {}  # row -> (tokens held, tokens refused after them)
         pending = [b for b in range(len(items)) if said[b]]
@@ -845,17 +892,12 @@ class Empatheia(nn.Module, Responder):
             written = again(echoing, ReplyRestart([torch.tensor(restarted[b][0], dtype=torch.long) for b in echoing],
                                                   [torch.tensor(sorted(restarted[b][1])) for b in echoing]))
             for i, b in enumerate(echoing):
-                row = written.sequences[i].tolist()
-                rows[b] = row[:next((j for j, t in enumerate(row) if t in ends), len(row))]
+                rows[b] = self._generated_rows(written.sequences[i:i + 1])[0]
                 texts[b] = written.texts[i]
             pending = echoing
         if not restarted:
             return sequences, texts
-        width = max(len(row) for row in rows)
-        merged = torch.full((len(rows), max(width, 1)), ids.pad, dtype=sequences.dtype, device=sequences.device)
-        for b, row in enumerate(rows):
-            merged[b, :len(row)] = torch.tensor(row, dtype=sequences.dtype)
-        return merged, texts
+        return self._padded_rows(rows, sequences), texts
 
     def _listener_echo_token(self, tokens: List[int], markers: Sequence[torch.Tensor], said: Sequence[str]) -> Optional[int]:
         """The index in ``tokens`` (one generated row, without its end) of the token where

@@ -199,3 +199,50 @@ def test_echoing_answers_are_written_again_from_the_copy_until_they_stop_or_the_
     for bad in (-1, True, 1.5):
         with pytest.raises(ValueError, match="listener_echo_restarts must be"):
             EmpatheiaConfig.from_preset("tiny", {"language_model.listener_echo_restarts": bad})
+
+
+def test_speaker_words_keep_the_speakers_turns_as_one_and_leave_the_listener_out():
+    from empatheia.dialogue import speaker_words
+
+    dialogue = Dialogue([Turn("speaker", "They cancelled my project. "), Turn("listener", "Oh no. What did they say?"),
+                         Turn("speaker", "Priorities changed.", audio="last.wav")], id="d1", context="work")
+    told = speaker_words(dialogue)
+    assert [(t.role, t.text, t.audio) for t in told.turns] == [("speaker", "They cancelled my project. Priorities changed.",
+                                                                 "last.wav")]
+    assert told.id == "d1" and told.context == "work" and len(dialogue.turns) == 3
+    assert speaker_words(dialogue, first_turn=1).turns[0].text == "Priorities changed."
+    with pytest.raises(ValueError, match="d1 has no speaker turn from turn 3 on"):
+        speaker_words(dialogue, first_turn=3)
+
+
+def test_an_echoing_reply_is_answered_again_from_the_speakers_words_with_its_chain_kept(tiny):
+    from empatheia.dialogue import speaker_words
+    from empatheia.modeling import GeneratedText
+
+    tokenizer = tiny.tokenizer
+    echoing = Dialogue([Turn("speaker", "My girlfriend said yes."),
+                        Turn("listener", "Wow! How long have you been dating?"), Turn("speaker", "Five months.")])
+    quiet = Dialogue([Turn("speaker", "My girlfriend said yes."), Turn("listener", "Wow!"),
+                      Turn("speaker", "Five months.")])
+    items = [quiet, echoing]
+    prompts = [tiny.processor.encode(d, PromptMode.FULL) for d in items]
+    replies = ["How long have you been dating?", "So how long have you been dating?"]
+    rows = [_row(tokenizer, r) for r in replies]
+    width = max(map(len, rows))
+    sequences = torch.tensor([r + [tiny.token_ids.pad] * (width - len(r)) for r in rows])
+    calls = []
+
+    def again(which, processor, dialogues):
+        calls.append((which, processor, dialogues))
+        row = _row(tokenizer, "Five months is a good start.")
+        return GeneratedText(None, (None, None), torch.tensor([row]), [tokenizer.decode(row)])
+
+    out, texts = tiny._reanswer_listener_echoes(items, PromptMode.FULL, prompts, sequences, replies, again)
+    (which, processor, dialogues), = calls
+    assert which == [1] and dialogues == [speaker_words(echoing)]
+    # Held to what it wrote before the reply (here a chain's end and the lead-in), the reply free.
+    lead = len(_row(tokenizer, ""))
+    assert processor.lengths.tolist() == [lead] and processor.forced[0, :lead].tolist() == rows[1][:lead]
+    assert (processor.banned < 0).all()
+    assert texts[0] == replies[0] and texts[1].endswith("Five months is a good start.")
+    assert out[0, :len(rows[0])].tolist() == rows[0]
