@@ -672,7 +672,9 @@ class ReplyRestart(LogitsProcessor):
     ``language_model.listener_echo_restarts``) is written again from where the copy
     began, with the copy's first token refused there. Unlike a block on the copy's n-th
     token (:class:`ListenerEchoBlock`), which cuts a phrase the model has already
-    committed to, the model chooses its words again from a clean point.
+    committed to, the model chooses its words again from a clean point. With nothing
+    refused it holds a reply written again for another prompt
+    (``language_model.listener_echo_reanswer``) to the chain the first one wrote.
 
     Args:
         forced: one 1-D tensor of token ids (may be empty) or ``None`` per row.

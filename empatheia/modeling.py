@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -715,13 +715,14 @@ class Empatheia(nn.Module, Responder):
         instead of the model's reading, so the rest of the chain and the reply follow a
         known emotion (:func:`empatheia.data.distill.distill_replies`).
 
-        With ``language_model.listener_echo_restarts`` an answer that repeats 4 words of
-        the listener's earlier turns is written again (:meth:`_restart_listener_echoes`);
-        ``restart`` is how: it holds each row to its earlier tokens and refuses the copy's
-        first one (:class:`~empatheia.logits_processors.ReplyRestart`), and a generation
-        given one is not restarted again. The returned ``sequences`` and ``texts`` are
-        the last tries'; ``scores`` and the cache are the first pass's
-        (:meth:`answer_hidden_states` recomputes what a restarted row changed)."""
+        With ``language_model.listener_echo_reanswer`` or ``listener_echo_restarts`` an
+        answer that repeats 4 words of the listener's earlier turns is written again
+        (:meth:`_reanswer_listener_echoes`, :meth:`_restart_listener_echoes`); ``restart``
+        is how: it holds each row to its earlier tokens and may refuse the next one
+        (:class:`~empatheia.logits_processors.ReplyRestart`), and a generation given one is
+        not written again. The returned ``sequences`` and ``texts`` are the last tries';
+        ``scores`` and the cache are the first pass's (:meth:`answer_hidden_states`
+        recomputes what a row written again changed)."""
         lm = self.config.language_model
         max_new_tokens = max_new_tokens or lm.max_new_tokens
         reserve = max_new_tokens + (2 * lm.num_signal_tokens + 1 if reserve_signals else 0)
@@ -825,8 +826,9 @@ class Empatheia(nn.Module, Responder):
         whole dialogue with the new reply."""
         markers = [torch.as_tensor(m) for m in reply_markers(self.tokenizer, mode)]
         rows = self._generated_rows(sequences)
-        echoing = [b for b, (d, p) in enumerate(zip(items, prompts)) if self._listener_echo_token(
-            rows[b], markers, self._listener_turns(d, p)) is not None]
+        echoing = [b for b, (d, p) in enumerate(zip(items, prompts))
+                   if any(t.role == "speaker" for t in d.turns[p.first_turn:])
+                   and self._listener_echo_token(rows[b], markers, self._listener_turns(d, p)) is not None]
         if not echoing:
             return sequences, texts
         held = [rows[b][:int(reply_starts(torch.tensor([rows[b]]), markers)[0])] for b in echoing]
@@ -875,7 +877,7 @@ class Empatheia(nn.Module, Responder):
         said = [self._listener_turns(d, p) for d, p in zip(items, prompts)]
         rows = self._generated_rows(sequences)
         texts = list(texts)
-        restarted: Dict[int, Tuple[List[int], set]] = {}  # row -> (tokens held, tokens refused after them)
+        restarted: Dict[int, Tuple[List[int], Set[int]]] = {}  # row -> (tokens held, tokens refused after them)
         pending = [b for b in range(len(items)) if said[b]]
         for _ in range(self.config.language_model.listener_echo_restarts):
             echoing = []

@@ -227,11 +227,12 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     assert not [s for s in specials if s and s in response.generated_text], response.generated_text
 
 
-def test_the_listener_echo_block_on_the_demos_example(small_model):
+def test_the_listener_echo_block_and_reanswer_on_the_demos_example(small_model):
     """The shipped core answers the demo's example with the listener's own earlier question
     ("Oh no. After all those late nights? What did they tell you?", docs/small_preset.md);
-    with `language_model.no_repeat_listener_ngram_size` 4 the answer repeats no 4 words of
-    the listener's turn, and the chain is written as before."""
+    with `language_model.no_repeat_listener_ngram_size` 4, or answered again from the
+    speaker's words, the answer repeats no 4 words of the listener's turn, and the chain is
+    written as before."""
     from empatheia.data import avamerg_dialogue
     from empatheia.evaluation.text import listener_echoes
 
@@ -249,6 +250,17 @@ def test_the_listener_echo_block_on_the_demos_example(small_model):
         settings.no_repeat_listener_ngram_size = 0
     assert listener_echoes([history], [roles], [blocked.text])["listener_echo_count"] == 0, blocked.text
     assert blocked.text and blocked.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
+    # Answered again from the speaker's words (language_model.listener_echo_reanswer): no
+    # echo either, and the chain the core wrote is kept word for word.
+    assert settings.listener_echo_reanswer is False
+    try:
+        settings.listener_echo_reanswer = True
+        again = small_model.respond(dialogue)
+    finally:
+        settings.listener_echo_reanswer = False
+    assert listener_echoes([history], [roles], [again.text])["listener_echo_count"] == 0, again.text
+    assert again.text and again.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
+    assert again.chain_emotion.label == plain.chain_emotion.label
 
 
 def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small_model):
