@@ -261,6 +261,11 @@ class LanguageModelConfig:
     own) earlier turns in the dialogue, so a later turn is not answered with an earlier
     one (:class:`~empatheia.logits_processors.ListenerEchoBlock`); 0 is off, else at
     least 2."""
+    generic_reply_context: str = "none"
+    """What the penalty on generic openings (``generic_reply_penalty``) measures a reply
+    token against: "none", the prompt with no dialogue (what the model says to anyone), or
+    "listener", the prompt with the listener's own turns alone, so that repeating them
+    earns nothing (:class:`~empatheia.modeling.ListenerTurnScorer`)."""
     listener_echo_restarts: int = 0
     """How many times an answer that repeats a run of 4 words of the listener's earlier
     turns (:func:`~empatheia.evaluation.text.listener_echo_start`) is written again from
@@ -293,6 +298,9 @@ class LanguageModelConfig:
                 or self.no_repeat_listener_ngram_size < 0 or self.no_repeat_listener_ngram_size == 1:
             raise ValueError(f"language_model.no_repeat_listener_ngram_size must be 0 (off) or a whole number of at "
                              f"least 2, got {self.no_repeat_listener_ngram_size!r}")
+        if self.generic_reply_context not in ("none", "listener"):
+            raise ValueError(f"language_model.generic_reply_context must be 'none' or 'listener', "
+                             f"got {self.generic_reply_context!r}")
         if isinstance(self.listener_echo_restarts, bool) or not isinstance(self.listener_echo_restarts, int) \
                 or self.listener_echo_restarts < 0:
             raise ValueError(f"language_model.listener_echo_restarts must be a whole number of 0 (off) or more, "

@@ -978,9 +978,11 @@ class GenericReplyPenalty(LogitsProcessor):
     rewarded for being unlikely without one.
 
     Args:
-        context_free: called with the reply tokens written so far ``(n, w)`` (right-padded)
-            and their counts ``(n,)``, returns the next token's log-probabilities given no
-            dialogue ``(n, V')``, ``V' >= V`` (:class:`~empatheia.modeling.ContextFreeScorer`).
+        context_free: called with the reply tokens written so far ``(n, w)`` (right-padded),
+            their counts ``(n,)`` and ``rows``, the batch rows they belong to ``(n,)``,
+            returns the next token's log-probabilities given no dialogue ``(n, V')``,
+            ``V' >= V`` (:class:`~empatheia.modeling.ContextFreeScorer`; given only the
+            listener's turns, :class:`~empatheia.modeling.ListenerTurnScorer`).
         markers: token id sequences that end the text before the reply.
         weight: ``lambda`` > 0.
         tokens: how many of the reply's first tokens are chosen this way.
@@ -1012,7 +1014,7 @@ class GenericReplyPenalty(LogitsProcessor):
         valid = offsets[None, :] < count[:, None]  # (n, w)
         positions = (start[active, None] + offsets[None, :]).clamp(max=length - 1)
         reply = torch.where(valid, input_ids[active[:, None], positions], 0)  # (n, w)
-        free = self.context_free(reply, count)[:, : scores.shape[-1]].float()  # (n, V)
+        free = self.context_free(reply, count, rows=active)[:, : scores.shape[-1]].float()  # (n, V)
         given = torch.log_softmax(scores[active].float(), dim=-1)  # (n, V)
         plausible = given >= given.max(-1, keepdim=True).values + self.log_plausibility
         mixed = torch.where(plausible, given - self.weight * free, float("-inf"))

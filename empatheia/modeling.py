@@ -1002,14 +1002,23 @@ class Empatheia(nn.Module, Responder):
             scores[row, labels.index(key)] = 0.0
         return scores
 
-    def _context_free_scorer(self, mode: PromptMode) -> Optional[ContextFreeScorer]:
+    def _context_free_scorer(self, mode: PromptMode, items: Optional[Sequence[Dialogue]] = None,
+                             prompts: Optional[Sequence[EncodedExample]] = None):
         """The scorer of what the language model writes after the prompt of layout
         ``mode`` without a dialogue and the reply's lead-in (the form it takes without a
-        chain); ``None`` for layouts without a reply."""
+        chain); with ``language_model.generic_reply_context`` "listener" (and the batch's
+        ``items`` and ``prompts``), after each row's prompt with the listener's turns alone
+        (:class:`ListenerTurnScorer`). ``None`` for layouts without a reply."""
         markers = reply_markers(self.tokenizer, mode)
         if not markers:
             return None
-        context = torch.cat([self.processor.context_free_prompt_ids(mode), torch.as_tensor(markers[-1])])
+        lead = torch.as_tensor(markers[-1])
+        if self.config.language_model.generic_reply_context == "listener" and items is not None and prompts is not None:
+            contexts = [torch.cat([self.processor.context_free_prompt_ids(
+                mode, [t for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()]), lead])
+                for d, p in zip(items, prompts)]
+            return ListenerTurnScorer(self.language_model, contexts, self.token_ids.pad)
+        context = torch.cat([self.processor.context_free_prompt_ids(mode), lead])
         return ContextFreeScorer(self.language_model, context.to(self.device))
 
     def _decoding_processors(self, mode: PromptMode, decoding: Optional[Decoding],
@@ -1061,7 +1070,7 @@ class Empatheia(nn.Module, Responder):
         # penalty on generic openings and sampling, which choose among the openings.
         if lm.open_reply_by_goal and chain and lm.choose_chain_emotion and lm.choose_chain_goal:
             processors.append(self._reply_goal_openings(mode))
-        context_free = self._context_free_scorer(mode) if decoding.generic_reply_penalty else None
+        context_free = self._context_free_scorer(mode, items, prompts) if decoding.generic_reply_penalty else None
         if context_free is not None:
             # After the blocks: only tokens they allow compete for plausibility.
             processors.append(GenericReplyPenalty(context_free, reply_markers(self.tokenizer, mode),
@@ -1575,9 +1584,10 @@ class ContextFreeScorer:
         self.running = False
         self._encoded = None  # (cache of the context, log-probabilities after it (V,))
 
-    def __call__(self, replies: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def __call__(self, replies: torch.Tensor, counts: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``(n, V)`` from the reply tokens so far ``replies`` ``(n, w)`` (right-padded; row
-        ``i`` holds ``counts[i]`` tokens, 0 or more)."""
+        ``i`` holds ``counts[i]`` tokens, 0 or more); ``rows`` (their batch rows) does not
+        matter here, every row having the same context."""
         self.running = True
         try:
             if self._encoded is None:
@@ -1596,6 +1606,65 @@ class ContextFreeScorer:
                                              past_key_values=past, use_cache=True).logits  # (r, width, V)
                 last = logits[torch.arange(len(rows), device=logits.device), counts[rows] - 1]
                 result[rows] = torch.log_softmax(last.float(), dim=-1)
+            return result
+        finally:
+            self.running = False
+
+
+class ListenerTurnScorer:
+    """The language model's next-token log-probabilities after each batch row's own
+    context, then a few reply tokens, for
+    :class:`~empatheia.logits_processors.GenericReplyPenalty`: row ``b``'s context is the
+    prompt whose dialogue holds only the listener's turns its prompt kept, then the reply's
+    lead-in (``contexts[b]``, 1-D token ids). The contexts are encoded once, left-padded,
+    on the first call; each later call runs only the reply tokens it is given on a copy of
+    their rows' cache. Left padding shifts a row's positions by a constant, which rotary
+    position embeddings do not see.
+
+    Why: the penalty on generic openings prefers what is likely given the dialogue and
+    unlikely given none, and the listener's own earlier words are exactly that, so it
+    rewards repeating them. Measured against the listener's turns instead, a reply gains
+    nothing by repeating them.
+
+    ``running`` is True during a call, as for :class:`ContextFreeScorer`."""
+
+    def __init__(self, language_model: nn.Module, contexts: Sequence[torch.Tensor], pad_id: int):
+        self.language_model = language_model
+        self.contexts = list(contexts)
+        self.pad_id = pad_id
+        self.running = False
+        self._encoded = None  # (cache of the contexts, their mask (B, C), log-probabilities after them (B, V))
+
+    def __call__(self, replies: torch.Tensor, counts: torch.Tensor, rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``(n, V)`` from the reply tokens so far ``replies`` ``(n, w)`` (right-padded; row
+        ``i`` holds ``counts[i]`` tokens, 0 or more) of the batch rows ``rows`` ``(n,)``
+        (default: rows 0 to n - 1)."""
+        device = replies.device
+        rows = torch.arange(len(counts), device=device) if rows is None else rows.to(device)
+        self.running = True
+        try:
+            if self._encoded is None:
+                width = max(int(c.numel()) for c in self.contexts)
+                ids = torch.full((len(self.contexts), width), self.pad_id, dtype=torch.long, device=device)
+                mask = torch.zeros_like(ids)
+                for b, context in enumerate(self.contexts):
+                    ids[b, width - context.numel():] = context.to(device)
+                    mask[b, width - context.numel():] = 1
+                out = self.language_model(input_ids=ids, attention_mask=mask, use_cache=True)
+                self._encoded = (out.past_key_values, mask, torch.log_softmax(out.logits[:, -1].float(), dim=-1))
+            cache, mask, after_context = self._encoded
+            result = after_context[rows].clone()
+            going = (counts > 0).nonzero().squeeze(1)
+            if going.numel():
+                width = int(counts[going].max())
+                past = copy.deepcopy(cache)
+                past.batch_select_indices(rows[going])
+                reply_mask = (torch.arange(width, device=device)[None, :] < counts[going, None]).long()
+                logits = self.language_model(input_ids=replies[going, :width],
+                                             attention_mask=torch.cat([mask[rows[going]], reply_mask], dim=1),
+                                             past_key_values=past, use_cache=True).logits  # (r, width, V)
+                last = logits[torch.arange(len(going), device=device), counts[going] - 1]
+                result[going] = torch.log_softmax(last.float(), dim=-1)
             return result
         finally:
             self.running = False

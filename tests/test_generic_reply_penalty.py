@@ -15,7 +15,7 @@ import torch
 from empatheia import Empatheia, EmpatheiaConfig
 from empatheia.cli import main
 from empatheia.decoding import Decoding
-from empatheia.logits_processors import GenericReplyPenalty
+from empatheia.logits_processors import GenericReplyPenalty, reply_markers
 from empatheia.modeling import ContextFreeScorer
 from empatheia.prompts import PromptMode
 
@@ -34,7 +34,7 @@ class _TableScorer:
         self.table = torch.log_softmax(torch.randn(64, VOCAB + 2, generator=torch.Generator().manual_seed(seed)), -1)
         self.calls = []
 
-    def __call__(self, replies, counts):
+    def __call__(self, replies, counts, rows=None):
         self.calls.append((replies.clone(), counts.clone()))
         keys = torch.stack([replies[i, : int(c)].sum() + 7 * c for i, c in enumerate(counts)])
         return self.table[keys % 64]
@@ -201,3 +201,49 @@ def test_a_run_records_how_many_reply_tokens_the_penalty_reached(tmp_path):
     with pytest.raises(RunMismatchError, match="'generic_reply_tokens': 4}.*'generic_reply_tokens': 6}"):
         check_run_info(tmp_path, recorded)
     check_run_info(tmp_path, dict(older, decoding=dict(older["decoding"], generic_reply_tokens=4)))
+
+
+@torch.no_grad()
+def test_listener_turn_scorer_equals_a_plain_forward_pass_on_each_rows_context():
+    model = Empatheia.from_preset("tiny").eval()
+    lm = model.language_model
+    from empatheia import Dialogue, Turn
+    from empatheia.modeling import ListenerTurnScorer
+
+    said = [Turn("listener", "Oh no. How are you holding up?")]
+    contexts = [model.processor.context_free_prompt_ids(PromptMode.FULL, said),
+                model.processor.context_free_prompt_ids(PromptMode.FULL)]
+    assert contexts[0].numel() > contexts[1].numel()
+    assert "Listener: Oh no. How are you holding up?" in model.tokenizer.decode(contexts[0])
+    scorer = ListenerTurnScorer(lm, contexts, model.token_ids.pad)
+    replies = torch.tensor([[11, 12, 13], [21, 0, 0], [0, 0, 0]])
+    counts = torch.tensor([3, 1, 0])
+    rows = torch.tensor([1, 0, 0])
+    for _ in range(2):  # the second call reuses the contexts' cache, unchanged by the first
+        got = scorer(replies, counts, rows=rows)
+        for i in range(3):
+            ids = torch.cat([contexts[int(rows[i])], replies[i, : int(counts[i])]])[None]
+            expected = torch.log_softmax(lm(input_ids=ids).logits[0, -1].float(), -1)
+            torch.testing.assert_close(got[i], expected, atol=1e-4, rtol=1e-4)
+    assert not scorer.running
+
+    # Wiring: the setting gives each row its listener's turns; rows without any get none.
+    items = [Dialogue([Turn("speaker", "I lost my job."), *said, Turn("speaker", "Not great.")]),
+             Dialogue([Turn("speaker", "I lost my job.")])]
+    listening = Empatheia(EmpatheiaConfig.from_preset("tiny", {"language_model.generic_reply_context": "listener"}))
+    prompts = [listening.processor.encode(d, PromptMode.FULL) for d in items]
+    built = listening._context_free_scorer(PromptMode.FULL, items, prompts)
+    assert isinstance(built, ListenerTurnScorer)
+    lead = torch.as_tensor(reply_markers(listening.tokenizer, PromptMode.FULL)[-1])
+    assert built.contexts[0].tolist() == torch.cat([contexts[0], lead]).tolist()
+    assert built.contexts[1].tolist() == torch.cat([contexts[1], lead]).tolist()
+    assert isinstance(model._context_free_scorer(PromptMode.FULL, items, prompts), ContextFreeScorer)
+    with pytest.raises(ValueError, match="generic_reply_context must be 'none' or 'listener'"):
+        EmpatheiaConfig.from_preset("tiny", {"language_model.generic_reply_context": "speaker"})
+    # A run records it (only when on, so older runs resume).
+    from empatheia.evaluation.model_runs import RunOptions
+
+    on = listening.config.language_model
+    on.generic_reply_penalty = 0.3
+    assert RunOptions().run_info(on)["decoding"]["generic_reply_context"] == "listener"
+    assert "generic_reply_context" not in RunOptions().run_info(model.config.language_model)["decoding"]

@@ -102,6 +102,15 @@ class RunOptions:
             # How many of the reply's tokens the penalty reaches is the config's: a preset
             # whose count changes must not resume a run written with the old one.
             record["generic_reply_tokens"] = int(language_model.generic_reply_tokens)
+            if getattr(language_model, "generic_reply_context", "none") != "none":
+                record["generic_reply_context"] = language_model.generic_reply_context
+        if language_model is not None:
+            # The config's ways of writing an echoing answer again change answers too;
+            # recorded only when on, so runs written before they existed still resume.
+            if getattr(language_model, "listener_echo_restarts", 0):
+                record["listener_echo_restarts"] = int(language_model.listener_echo_restarts)
+            if getattr(language_model, "listener_echo_reanswer", False):
+                record["listener_echo_reanswer"] = True
         info = dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
                     animate=bool(self.animate), decoding=record)
         if style_disentangler is not None:
