@@ -227,40 +227,47 @@ def test_the_shipped_weights_reason_and_answer_the_example_in_english(small_mode
     assert not [s for s in specials if s and s in response.generated_text], response.generated_text
 
 
-def test_the_listener_echo_block_and_reanswer_on_the_demos_example(small_model):
-    """The shipped core answers the demo's example with the listener's own earlier question
-    ("Oh no. After all those late nights? What did they tell you?", docs/small_preset.md);
-    with `language_model.no_repeat_listener_ngram_size` 4, or answered again from the
-    speaker's words, the answer repeats no 4 words of the listener's turn, and the chain is
-    written as before."""
+def test_the_demos_example_is_not_answered_with_the_listeners_own_words(small_model):
+    """With the penalty on generic openings read against no dialogue, the shipped core
+    answers the demo's example with the listener's own earlier question ("Oh no. After all
+    those late nights? What did they tell you?", docs/small_preset.md); read against the
+    listener's turns (`language_model.generic_reply_context`, what `small` ships) it does
+    not. On the decoding before, the n-gram block on the listener's words and the answer
+    written again from the speaker's words end the echo too, the chain written as before."""
     from empatheia.data import avamerg_dialogue
     from empatheia.evaluation.text import listener_echoes
 
     examples = Path(__file__).resolve().parents[1] / "examples"
     dialogue = avamerg_dialogue(json.loads((examples / "dialogues.json").read_text())[0])
     history, roles = [t.text for t in dialogue.turns], [t.role for t in dialogue.turns]
+
+    def echoes(response):
+        return listener_echoes([history], [roles], [response.text])["listener_echo_count"]
+
     settings = small_model.config.language_model
-    assert settings.no_repeat_listener_ngram_size == 0
-    plain = small_model.respond(dialogue)
-    assert listener_echoes([history], [roles], [plain.text])["listener_echo_count"] == 1, plain.text
+    assert settings.generic_reply_context == "listener"
+    assert settings.no_repeat_listener_ngram_size == 0 and settings.listener_echo_reanswer is False
+    shipped = small_model.respond(dialogue)
+    assert echoes(shipped) == 0, shipped.text
     try:
+        settings.generic_reply_context = "none"
+        plain = small_model.respond(dialogue)
         settings.no_repeat_listener_ngram_size = 4
         blocked = small_model.respond(dialogue)
-    finally:
         settings.no_repeat_listener_ngram_size = 0
-    assert listener_echoes([history], [roles], [blocked.text])["listener_echo_count"] == 0, blocked.text
-    assert blocked.text and blocked.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
-    # Answered again from the speaker's words (language_model.listener_echo_reanswer): no
-    # echo either, and the chain the core wrote is kept word for word.
-    assert settings.listener_echo_reanswer is False
-    try:
         settings.listener_echo_reanswer = True
         again = small_model.respond(dialogue)
     finally:
+        settings.generic_reply_context = "listener"
+        settings.no_repeat_listener_ngram_size = 0
         settings.listener_echo_reanswer = False
-    assert listener_echoes([history], [roles], [again.text])["listener_echo_count"] == 0, again.text
-    assert again.text and again.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
-    assert again.chain_emotion.label == plain.chain_emotion.label
+    assert echoes(plain) == 1, plain.text
+    for other in (blocked, again):
+        assert other.text and echoes(other) == 0, other.text
+        assert other.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
+    # Only the reply's opening is measured differently: the chain is the same.
+    assert shipped.chain.raw.split("Finally")[0] == plain.chain.raw.split("Finally")[0]
+    assert again.chain_emotion.label == plain.chain_emotion.label == shipped.chain_emotion.label
 
 
 def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small_model):
