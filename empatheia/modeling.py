@@ -1003,7 +1003,8 @@ class Empatheia(nn.Module, Responder):
         return scores
 
     def _context_free_scorer(self, mode: PromptMode, items: Optional[Sequence[Dialogue]] = None,
-                             prompts: Optional[Sequence[EncodedExample]] = None):
+                             prompts: Optional[Sequence[EncodedExample]] = None
+                             ) -> Optional[Union[ContextFreeScorer, ListenerTurnScorer]]:
         """The scorer of what the language model writes after the prompt of layout
         ``mode`` without a dialogue and the reply's lead-in (the form it takes without a
         chain); with ``language_model.generic_reply_context`` "listener" (and the batch's

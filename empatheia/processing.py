@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -21,6 +21,7 @@ from .prompts import (
     META_EMOTION,
     ChainOfEmpathy,
     PromptMode,
+    TurnLike,
     chain_text,
     context_lines,
     meta_text,
@@ -144,7 +145,7 @@ class EmpatheiaProcessor:
     def prompt_text(self, dialogue: Dialogue, mode: PromptMode, first_turn: int = 0, notes: Optional[str] = None) -> str:
         return self._layout(user_message(context_lines(dialogue.turns[first_turn:], mode), mode, notes), mode)
 
-    def context_free_prompt_ids(self, mode: PromptMode, turns: Sequence[Any] = ()) -> torch.Tensor:
+    def context_free_prompt_ids(self, mode: PromptMode, turns: Sequence[TurnLike] = ()) -> torch.Tensor:
         """``(C,)`` the prompt of layout ``mode`` with an empty dialogue: the system
         prompt and the task, no turn. What the language model writes after it is what it
         would say to anyone (:class:`~empatheia.logits_processors.GenericReplyPenalty`).
