@@ -21,7 +21,7 @@ from .chain_targets import (GOAL_LEADS, act_key, emotion_row, fitting_acts, goal
 from .config import EmpatheiaConfig
 from .config_loader import ConfigError, read_yaml_mapping
 from .decoding import Decoding
-from .dialogue import Dialogue, last_speaker_index, speaker_words
+from .dialogue import Dialogue, Turn, last_speaker_index, speaker_words
 from .encoders import SpeechEncoder, VideoEncoder
 from .evaluation.text import listener_echo_start
 from .heads import ContentOutput, ContentSynchronizer, StyleDisentangler, StyleOutput
@@ -828,7 +828,7 @@ class Empatheia(nn.Module, Responder):
         rows = self._generated_rows(sequences)
         echoing = [b for b, (d, p) in enumerate(zip(items, prompts))
                    if any(t.role == "speaker" for t in d.turns[p.first_turn:])
-                   and self._listener_echo_token(rows[b], markers, self._listener_turns(d, p)) is not None]
+                   and self._listener_echo_token(rows[b], markers, [t.text for t in self._listener_turns(d, p)]) is not None]
         if not echoing:
             return sequences, texts
         held = [rows[b][:int(reply_starts(torch.tensor([rows[b]]), markers)[0])] for b in echoing]
@@ -840,9 +840,9 @@ class Empatheia(nn.Module, Responder):
             texts[b] = written.texts[i]
         return self._padded_rows(rows, sequences), texts
 
-    def _listener_turns(self, dialogue: Dialogue, prompt: EncodedExample) -> List[str]:
-        """The text of the listener's turns ``prompt`` kept of ``dialogue``."""
-        return [t.text for t in dialogue.turns[prompt.first_turn:] if t.role == "listener" and t.text.strip()]
+    def _listener_turns(self, dialogue: Dialogue, prompt: EncodedExample) -> List[Turn]:
+        """The listener's turns with text that ``prompt`` kept of ``dialogue``."""
+        return [t for t in dialogue.turns[prompt.first_turn:] if t.role == "listener" and t.text.strip()]
 
     def _generated_rows(self, sequences: torch.Tensor) -> List[List[int]]:
         """Each generated row of ``sequences`` ``(B, N)`` up to its end (the end of text,
@@ -874,7 +874,7 @@ class Empatheia(nn.Module, Responder):
         rewords the copy; refused at the copy's first token, the model chooses its words
         again from a clean point."""
         markers = [torch.as_tensor(m) for m in reply_markers(self.tokenizer, mode)]
-        said = [self._listener_turns(d, p) for d, p in zip(items, prompts)]
+        said = [[t.text for t in self._listener_turns(d, p)] for d, p in zip(items, prompts)]
         rows = self._generated_rows(sequences)
         texts = list(texts)
         restarted: Dict[int, Tuple[List[int], Set[int]]] = {}  # row -> (tokens held, tokens refused after them)
@@ -1015,9 +1015,8 @@ class Empatheia(nn.Module, Responder):
             return None
         lead = torch.as_tensor(markers[-1])
         if self.config.language_model.generic_reply_context == "listener" and items is not None and prompts is not None:
-            contexts = [torch.cat([self.processor.context_free_prompt_ids(
-                mode, [t for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()]), lead])
-                for d, p in zip(items, prompts)]
+            contexts = [torch.cat([self.processor.context_free_prompt_ids(mode, self._listener_turns(d, p)), lead])
+                        for d, p in zip(items, prompts)]
             return ListenerTurnScorer(self.language_model, contexts, self.token_ids.pad)
         context = torch.cat([self.processor.context_free_prompt_ids(mode), lead])
         return ContextFreeScorer(self.language_model, context.to(self.device))
@@ -1088,8 +1087,7 @@ class Empatheia(nn.Module, Responder):
         """One ``(K_b, n)`` tensor per dialogue: the ``language_model.no_repeat_listener_ngram_size``
         -grams of the listener turns its prompt kept (:func:`~empatheia.logits_processors.turn_ngrams`)."""
         n = self.config.language_model.no_repeat_listener_ngram_size
-        return [turn_ngrams(self.tokenizer, [t.text for t in d.turns[p.first_turn:] if t.role == "listener" and t.text.strip()], n)
-                for d, p in zip(items, prompts)]
+        return [turn_ngrams(self.tokenizer, [t.text for t in self._listener_turns(d, p)], n) for d, p in zip(items, prompts)]
 
     def _chain_goal_choice(self, emotion_marker: Sequence[int], label_firsts: Sequence[int],
                            items: Optional[Sequence[Dialogue]] = None) -> ChainGoalChoice:

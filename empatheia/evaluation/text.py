@@ -370,6 +370,12 @@ def _words(text: str) -> List[str]:
     return [t for t in tokenize(text) if not re.fullmatch(r"[^\w\s]", t)]
 
 
+def _word_spans(text: str) -> List[Tuple[str, int]]:
+    """Each word of ``text`` (as :func:`_words` gives it, for text whose lower case keeps its
+    length) with the offset where it starts."""
+    return [(m.group(0).lower(), m.start()) for m in _TOKEN.finditer(text) if not re.fullmatch(r"[^\w\s]", m.group(0))]
+
+
 def sentences(text: str) -> List[str]:
     """The sentences of ``text``, each normalised: its words (:func:`tokenize`, lower
     case) without punctuation, joined by single spaces; empty ones left out.
@@ -420,11 +426,9 @@ def listener_echo_start(said: Sequence[str], response: str, n: int = LISTENER_EC
     them); ``None`` when it shares none.
     ``listener_echo_start(["How long have you been dating?"], "Wow. How long have you been together?")``
     -> 5."""
-    spoken = set().union(set(), *(_ngrams(_words(turn), n) for turn in said))
-    spans = [(m.group(0).lower(), m.start()) for m in _TOKEN.finditer(response)
-             if not re.fullmatch(r"[^\w\s]", m.group(0))]
-    words = [w for w, _ in spans]
-    for i, gram in enumerate(_ngrams(words, n)):
+    spoken = set().union(*(_ngrams(_words(turn), n) for turn in said))
+    spans = _word_spans(response)
+    for i, gram in enumerate(_ngrams([word for word, _ in spans], n)):
         if gram in spoken:
             return spans[i][1]
     return None
