@@ -261,6 +261,10 @@ class LanguageModelConfig:
     own) earlier turns in the dialogue, so a later turn is not answered with an earlier
     one (:class:`~empatheia.logits_processors.ListenerEchoBlock`); 0 is off, else at
     least 2."""
+    min_reply_tokens: int = 0
+    """The reply may not end before it holds this many tokens: the end of text, the signal
+    tokens and line breaks are withheld until then (:class:`~empatheia.logits_processors.ReplyMinLength`),
+    so the model goes on past a first sentence it would stop after; 0 is off."""
     generic_reply_context: str = "none"
     """What the penalty on generic openings (``generic_reply_penalty``) measures a reply
     token against: "none", the prompt with no dialogue (what the model says to anyone), or
@@ -298,6 +302,10 @@ class LanguageModelConfig:
                 or self.no_repeat_listener_ngram_size < 0 or self.no_repeat_listener_ngram_size == 1:
             raise ValueError(f"language_model.no_repeat_listener_ngram_size must be 0 (off) or a whole number of at "
                              f"least 2, got {self.no_repeat_listener_ngram_size!r}")
+        if isinstance(self.min_reply_tokens, bool) or not isinstance(self.min_reply_tokens, int) \
+                or self.min_reply_tokens < 0:
+            raise ValueError(f"language_model.min_reply_tokens must be 0 (off) or a whole number of tokens, "
+                             f"got {self.min_reply_tokens!r}")
         if self.generic_reply_context not in ("none", "listener"):
             raise ValueError(f"language_model.generic_reply_context must be 'none' or 'listener', "
                              f"got {self.generic_reply_context!r}")

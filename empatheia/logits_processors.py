@@ -1,8 +1,8 @@
 """Logits processors that apply a :class:`~empatheia.decoding.Decoding` during
 ``generate``: the choice of the chain's emotion among the trained labels and of its goal
 among the goals that fit that emotion, the reply's
-repetition control, the block on repeated sentences, the penalty on generic openings and
-seeded sampling.
+repetition control and least length, the block on repeated sentences, the penalty on
+generic openings and seeded sampling.
 
 All are vectorised over the batch: each step is a few tensor operations on the tokens
 written so far ``(B, T)`` and the next-token scores ``(B, V)``, whatever ``B`` (the
@@ -574,6 +574,45 @@ class ReplyRepetitionControl(LogitsProcessor):
             banned = repeated_ngram_tokens(input_ids, start, self.ngram, vocab)
             banned[:, protected] = False
             scores = scores.masked_fill(banned, float("-inf"))
+        return scores
+
+
+class ReplyMinLength(LogitsProcessor):
+    """The reply may not end before it holds ``tokens`` tokens: the ``stops`` (the end of
+    text, the signal tokens that follow the reply, the line breaks that end its line) get
+    a score of ``-inf`` in every row whose reply is shorter. Rows before their reply pass
+    unchanged.
+
+    Why: a core trained on short distilled replies ends after its first sentence ("I'm so
+    sorry."), where the listeners of EmpatheticDialogues go on to say what they make of it
+    or to ask; withholding the end lets the model write its own next sentence, every word
+    still its choice.
+
+    Args:
+        markers: token id sequences that end the text before the reply.
+        tokens: the fewest reply tokens, at least 1.
+        stops: token ids that end the reply.
+    """
+
+    def __init__(self, markers: Sequence[Sequence[int]], tokens: int, stops: Sequence[int]):
+        if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 1:
+            raise ValueError(f"ReplyMinLength needs tokens >= 1, got {tokens!r}")
+        if not len(stops):
+            raise ValueError("ReplyMinLength needs the token ids that end the reply")
+        self.markers = _marker_tensors(markers)
+        self.tokens = int(tokens)
+        self.stops = torch.as_tensor(sorted(set(int(i) for i in stops)), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.markers:
+            return scores
+        written = reply_lengths(input_ids, self.markers)  # (B,) -1 before the reply
+        short = (written >= 0) & (written < self.tokens)
+        if not bool(short.any()):
+            return scores
+        scores = scores.clone()
+        stops = self.stops.to(scores.device)
+        scores[short.nonzero()[:, :1], stops[None, :]] = float("-inf")
         return scores
 
 

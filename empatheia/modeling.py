@@ -40,8 +40,8 @@ from .language_model import (
     special_token_ids,
 )
 from .logits_processors import (ChainEmotionChoice, ChainGoalChoice, ChainStepNgramBlock, ChainTemplate, GenericReplyPenalty,
-                                ListenerEchoBlock, ReplyGoalOpenings, ReplyRepetitionControl, ReplyRestart, SeededSampling,
-                                SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
+                                ListenerEchoBlock, ReplyGoalOpenings, ReplyMinLength, ReplyRepetitionControl, ReplyRestart,
+                                SeededSampling, SentenceRepetitionBlock, chain_lead_ins, emotion_step_tokens, fused_label_scores,
                                 goal_step_tokens, prompt_keys, reply_markers, reply_starts, sentence_token_classes,
                                 turn_ngrams)
 from .pretrained import WEIGHTS_NAME, resolve_pretrained, shipped_weights
@@ -1029,7 +1029,8 @@ class Empatheia(nn.Module, Responder):
         generation in layout ``mode``: the n-gram block within each step of the chain, the
         chain's template and the choice of its emotion (fused with ``emotion_prior``,
         :meth:`chain_emotion_prior`) where the config asks for them, the block on repeated
-        sentences, the reply's repetition control, the block on the listener's earlier words
+        sentences, the reply's repetition control and least length, the block on the
+        listener's earlier words
         (:meth:`_listener_ngrams`), the penalty on generic openings (scored
         by :meth:`_context_free_scorer`), then sampling (each row drawing
         by its prompt's key, :func:`~empatheia.logits_processors.prompt_keys`, so a dialogue
@@ -1062,6 +1063,11 @@ class Empatheia(nn.Module, Responder):
             if markers:
                 processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
                                                          decoding.repetition_penalty, protected=stops))
+        if lm.min_reply_tokens and reply_markers(self.tokenizer, mode):
+            # A reply is one line: a line break ends it as the end of text does.
+            line_breaks = self._sentence_token_classes()[3].nonzero().squeeze(1).tolist()
+            processors.append(ReplyMinLength(reply_markers(self.tokenizer, mode), lm.min_reply_tokens,
+                                             stops + line_breaks))
         if lm.no_repeat_listener_ngram_size and items is not None and prompts is not None:
             markers = reply_markers(self.tokenizer, mode)
             if markers:

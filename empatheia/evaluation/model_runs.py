@@ -105,12 +105,16 @@ class RunOptions:
             if getattr(language_model, "generic_reply_context", "none") != "none":
                 record["generic_reply_context"] = language_model.generic_reply_context
         if language_model is not None:
-            # The config's ways of writing an echoing answer again change answers too;
+            # The config's ways of writing an echoing answer again, its block on the
+            # listener's words and the reply's least length change answers too;
             # recorded only when on, so runs written before they existed still resume.
             if getattr(language_model, "listener_echo_restarts", 0):
                 record["listener_echo_restarts"] = int(language_model.listener_echo_restarts)
             if getattr(language_model, "listener_echo_reanswer", False):
                 record["listener_echo_reanswer"] = True
+            for name in ("no_repeat_listener_ngram_size", "min_reply_tokens"):
+                if getattr(language_model, name, 0):
+                    record[name] = int(getattr(language_model, name))
         info = dict(self.info, max_new_tokens=self.max_new_tokens, speak=bool(self.speak or self.animate),
                     animate=bool(self.animate), decoding=record)
         if style_disentangler is not None:
