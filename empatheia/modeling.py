@@ -1043,35 +1043,30 @@ class Empatheia(nn.Module, Responder):
         chain = mode in (PromptMode.TEXT, PromptMode.FULL)
         ids = self.token_ids
         stops = [ids.eos, *ids.audio_signals, *ids.video_signals]  # never blocked: the model can always stop
+        markers = reply_markers(self.tokenizer, mode)  # empty for layouts without a reply
         # First, so that the template and the emotion choice below override what it blocks.
         if decoding.no_repeat_ngram_size and mode in (PromptMode.TEXT, PromptMode.FULL, PromptMode.PIPELINE):
-            processors.append(ChainStepNgramBlock(reply_markers(self.tokenizer, mode), decoding.no_repeat_ngram_size,
+            processors.append(ChainStepNgramBlock(markers, decoding.no_repeat_ngram_size,
                                                   self._sentence_token_classes()[3], protected=stops))
         if lm.force_chain_template and chain:
             processors.append(ChainTemplate(chain_lead_ins(self.tokenizer), self._sentence_token_classes()[3]))
         # Before the emotion choice, whose forced label (line break and all) must stand.
         if decoding.block_repeated_sentences and mode in (PromptMode.TEXT, PromptMode.FULL, PromptMode.PIPELINE):
-            processors.append(SentenceRepetitionBlock(reply_markers(self.tokenizer, mode),
-                                                      *self._sentence_token_classes(), closing=stops))
+            processors.append(SentenceRepetitionBlock(markers, *self._sentence_token_classes(), closing=stops))
         if lm.choose_chain_emotion and chain:
             marker, spellings = emotion_step_tokens(self.tokenizer, lm.chain_emotions)
             processors.append(ChainEmotionChoice(marker, spellings, emotion_prior))
             if lm.choose_chain_goal:
                 processors.append(self._chain_goal_choice(marker, [s[0] for s in spellings], items))
-        if decoding.controls_repetition:
-            markers = reply_markers(self.tokenizer, mode)
-            if markers:
-                processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
-                                                         decoding.repetition_penalty, protected=stops))
-        if lm.min_reply_tokens and reply_markers(self.tokenizer, mode):
+        if decoding.controls_repetition and markers:
+            processors.append(ReplyRepetitionControl(markers, decoding.no_repeat_ngram_size,
+                                                     decoding.repetition_penalty, protected=stops))
+        if lm.min_reply_tokens and markers:
             # A reply is one line: a line break ends it as the end of text does.
             line_breaks = self._sentence_token_classes()[3].nonzero().squeeze(1).tolist()
-            processors.append(ReplyMinLength(reply_markers(self.tokenizer, mode), lm.min_reply_tokens,
-                                             stops + line_breaks))
-        if lm.no_repeat_listener_ngram_size and items is not None and prompts is not None:
-            markers = reply_markers(self.tokenizer, mode)
-            if markers:
-                processors.append(ListenerEchoBlock(markers, self._listener_ngrams(items, prompts), protected=stops))
+            processors.append(ReplyMinLength(markers, lm.min_reply_tokens, stops + line_breaks))
+        if lm.no_repeat_listener_ngram_size and items is not None and prompts is not None and markers:
+            processors.append(ListenerEchoBlock(markers, self._listener_ngrams(items, prompts), protected=stops))
         # After the reply's blocks, so an opening they cut short still goes on; before the
         # penalty on generic openings and sampling, which choose among the openings.
         if lm.open_reply_by_goal and chain and lm.choose_chain_emotion and lm.choose_chain_goal:
@@ -1079,14 +1074,12 @@ class Empatheia(nn.Module, Responder):
         context_free = self._context_free_scorer(mode, items, prompts) if decoding.generic_reply_penalty else None
         if context_free is not None:
             # After the blocks: only tokens they allow compete for plausibility.
-            processors.append(GenericReplyPenalty(context_free, reply_markers(self.tokenizer, mode),
-                                                  decoding.generic_reply_penalty, lm.generic_reply_tokens,
-                                                  protected=stops))
+            processors.append(GenericReplyPenalty(context_free, markers, decoding.generic_reply_penalty,
+                                                  lm.generic_reply_tokens, protected=stops))
         if decoding.do_sample:
             keys = None if prompts is None else prompt_keys([p.input_ids.tolist() for p in prompts])
             processors.append(SeededSampling(decoding.temperature, decoding.top_p, decoding.seed,
-                                             reply_only=None if decoding.sample_chain else reply_markers(self.tokenizer, mode),
-                                             keys=keys))
+                                             reply_only=None if decoding.sample_chain else markers, keys=keys))
         return processors
 
     def _listener_ngrams(self, items: Sequence[Dialogue], prompts: Sequence[EncodedExample]) -> List[torch.Tensor]:

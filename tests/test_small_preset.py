@@ -270,6 +270,28 @@ def test_the_demos_example_is_not_answered_with_the_listeners_own_words(small_mo
     assert again.chain_emotion.label == plain.chain_emotion.label == shipped.chain_emotion.label
 
 
+def test_a_reply_held_to_a_least_length_goes_on_past_where_the_shipped_core_stops(small_model):
+    """The shipped core answers the demo's example in about 8 tokens ("Oh no. I'm so
+    sorry.", docs/small_preset.md); with `language_model.min_reply_tokens` 16 the reply
+    holds at least 16 tokens, on one line, after a chain that still names its four steps."""
+    from empatheia.data import avamerg_dialogue
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    dialogue = avamerg_dialogue(json.loads((examples / "dialogues.json").read_text())[0])
+    settings = small_model.config.language_model
+    assert settings.min_reply_tokens == 0
+    try:
+        settings.min_reply_tokens = 16
+        held = small_model.respond(dialogue)
+    finally:
+        settings.min_reply_tokens = 0
+    # The reply as the model wrote it, after the lead-in's colon and a space.
+    assert len(small_model.tokenizer.encode(" " + held.text, add_special_tokens=False)) >= 16, held.text
+    assert "\n" not in held.text and held.chain.parsed, held.chain.raw
+    assert all((held.chain.event_scenario, held.chain.speaker_emotion, held.chain.emotion_cause,
+                held.chain.goal_to_response)), held.chain.raw
+
+
 def test_the_shipped_weights_style_voice_and_face_by_the_dialogues_emotion(small_model):
     """The Style Disentangler reads the dialogue: a bereavement and a celebration get
     different emotion classes and different speech and video styles."""
